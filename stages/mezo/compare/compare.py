@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""mezo/compare — gather every probe instance (failed and skipped ones included) into the entry's tables.
+
+Input: one or more gathered folders ({{ in.probes.dir }}): one sub-folder per member named `k1=v1,k2=v2`
+holding matrix.json, status.json and, when the member ran, its probe JSON. Python standard library only.
+
+Writes:
+  Markdown — per precision, one block per context side by side (rows per eps; columns sign, r, ratio), the
+             unperturbed start loss per context and whether the contexts agree on it, and the list of
+             precision x context instances that failed or were skipped, each with its error line.
+  CSV      — one row per (precision, context, eps), plus one row per failed/skipped instance.
+  JSON     — everything above, machine-readable.
+"""
+import argparse
+import csv
+import json
+import os
+import sys
+
+PRECISION_ORDER = ["a16_w16", "a16_w8", "a16_w4", "a8_w8", "a8_w4"]
+
+
+def load_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def parse_label_dir(name):
+    out = {}
+    for part in name.split(","):
+        if "=" in part:
+            k, v = part.split("=", 1)
+            out[k] = v
+    return out
+
+
+def find_probe(folder):
+    for root, _dirs, files in os.walk(folder):
+        for fn in sorted(files):
+            if fn.endswith(".json") and fn not in ("matrix.json", "status.json"):
+                d = load_json(os.path.join(root, fn))
+                if isinstance(d, dict) and d.get("kind") == "mezo-probe":
+                    return d
+    return None
+
+
+def error_line(status):
+    """The one-line error of a failed member, or of the upstream failure that skipped it."""
+    if not status:
+        return "no status.json", None
+    if status.get("status") == "skipped" and status.get("cause"):
+        c = status["cause"]
+        return (c.get("error") or "upstream failure"), c.get("label")
+    err = status.get("error")
+    if not err and status.get("error_class"):
+        err = status["error_class"]
+    if not err and status.get("exit_code") is not None:
+        err = f"exit {status['exit_code']}"
+    return err or "failed (no error recorded)", status.get("label")
+
+
+def collect(dirs):
+    members = []
+    for d in dirs:
+        if not d or not os.path.isdir(d):
+            print(f"[compare] warning: gathered folder {d!r} missing", file=sys.stderr)
+            continue
+        for name in sorted(os.listdir(d)):
+            sub = os.path.join(d, name)
+            if not os.path.isdir(sub):
+                continue
+            matrix = load_json(os.path.join(sub, "matrix.json")) or parse_label_dir(name)
+            status = load_json(os.path.join(sub, "status.json")) or {}
+            probe = find_probe(sub) if status.get("status", "ok") == "ok" else None
+            st = status.get("status") or ("ok" if probe else "failed")
+            if st == "ok" and probe is None:
+                st = "failed"
+                status = dict(status, error="probe output missing")
+            m = {"precision": str(matrix.get("precision", "")), "context": str(matrix.get("context", "")),
+                 "matrix": matrix, "status": st, "label": status.get("label") or name, "probe": probe}
+            if probe and not m["context"]:
+                m["context"] = probe.get("context", "")
+            if st != "ok":
+                m["error"], m["error_at"] = error_line(status)
+            members.append(m)
+    return members
+
+
+def prec_key(p):
+    return (PRECISION_ORDER.index(p) if p in PRECISION_ORDER else len(PRECISION_ORDER), p)
+
+
+def fmt_ratio(x):
+    if x is None:
+        return "–"
+    if isinstance(x, str):
+        return x + "x"
+    if x >= 100:
+        return f"{x:,.0f}x"
+    return f"{x:.1f}x" if x >= 1 else f"{x:.2g}x"
+
+
+def fmt_sign(x):
+    return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def fmt_r(x):
+    return "–" if x is None else f"{x:+.3f}"
+
+
+def render(members, title):
+    ok = [m for m in members if m["status"] == "ok"]
+    bad = [m for m in members if m["status"] != "ok"]
+    precisions = sorted({m["precision"] for m in members}, key=prec_key)
+    lines = [f"# {title}", ""]
+    lines.append("sign: agreement between the context's zeroth-order estimate and the float one on the same z; "
+                 "r: Pearson correlation over the draws; ratio: median |g_context| / median |g_float|.")
+    lines.append("")
+    agreement = {}
+    for p in precisions:
+        runs = sorted([m for m in ok if m["precision"] == p], key=lambda m: m["context"])
+        if not runs:
+            continue
+        lines.append(f"## {p}" if p else "## (no precision)")
+        lines.append("")
+        eps_list = runs[0]["probe"]["params"]["eps"]
+        head = ["eps"]
+        sep = ["---"]
+        for m in runs:
+            head += [f"{m['context']} sign", "r", "ratio"]
+            sep += ["---:", "---:", "---:"]
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("| " + " | ".join(sep) + " |")
+        for i, e in enumerate(eps_list):
+            row = [f"{e:.0e}"]
+            for m in runs:
+                rr = m["probe"]["rows"][i] if i < len(m["probe"]["rows"]) else {}
+                row += [fmt_sign(rr.get("sign")), fmt_r(rr.get("r")), fmt_ratio(rr.get("ratio"))]
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+        lines.append("| context | start loss | float start loss | max abs diff vs float at t0 |")
+        lines.append("| --- | ---: | ---: | ---: |")
+        for m in runs:
+            pr = m["probe"]
+            lines.append(f"| {m['context']} | {pr['start_loss']:.4e} | {pr['start_loss_float']:.4e} | "
+                         f"{pr['start_output_max_abs_diff_vs_float']:.3e} |")
+        starts = [m["probe"]["start_loss"] for m in runs]
+        same5 = len({f"{s:.4e}" for s in starts}) == 1
+        exact = len({m["probe"].get("start_output_digest") for m in runs}) == 1
+        agreement[p] = {"agree_5_figures": same5, "identical_outputs": exact, "contexts": [m["context"] for m in runs]}
+        if len(runs) > 1:
+            lines.append("")
+            lines.append(f"Contexts {'agree' if same5 else 'DISAGREE'} on the start loss to five figures; "
+                         f"unperturbed outputs {'bit-identical' if exact else 'differ'}.")
+        lines.append("")
+    lines.append("## Failed or skipped instances")
+    lines.append("")
+    if not bad:
+        lines.append("none")
+    for m in sorted(bad, key=lambda m: (prec_key(m["precision"]), m["context"])):
+        where = ""
+        if m.get("error_at") and m["error_at"] != m["label"]:
+            where = f" (at {m['error_at']}; {m['label']} {m['status']})"
+        lines.append(f"- {m['precision'] or '?'} × {m['context'] or '?'} FAILED {m['error']}{where}")
+    lines.append("")
+    return "\n".join(lines), agreement
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--probes-dir", action="append", default=[], help="gathered folder; repeatable")
+    ap.add_argument("--title", default="MeZO probe: zeroth-order estimates per inference context")
+    ap.add_argument("--out-md", required=True)
+    ap.add_argument("--out-csv", required=True)
+    ap.add_argument("--out-json", required=True)
+    a = ap.parse_args(argv)
+    members = collect(a.probes_dir)
+    md, agreement = render(members, a.title)
+    with open(a.out_md, "w") as f:
+        f.write(md)
+    with open(a.out_csv, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["precision", "context", "status", "eps", "sign", "r", "ratio", "median_abs_g",
+                    "median_abs_g_float", "start_loss", "start_loss_float", "error", "error_at"])
+        for m in sorted(members, key=lambda m: (prec_key(m["precision"]), m["context"])):
+            if m["status"] == "ok":
+                pr = m["probe"]
+                for r in pr["rows"]:
+                    w.writerow([m["precision"], m["context"], "ok", r["eps"], r["sign"], r["r"], r["ratio"],
+                                r["median_abs_g"], r["median_abs_g_float"], pr["start_loss"],
+                                pr["start_loss_float"], "", ""])
+            else:
+                w.writerow([m["precision"], m["context"], m["status"], "", "", "", "", "", "", "", "",
+                            m["error"], m.get("error_at") or ""])
+    summary = {"members": [{k: v for k, v in m.items() if k != "probe"} | (
+        {"start_loss": m["probe"]["start_loss"], "start_loss_float": m["probe"]["start_loss_float"],
+         "rows": [{k: v for k, v in r.items() if k not in ("g", "g_float")} for r in m["probe"]["rows"]]}
+        if m["probe"] else {}) for m in members], "start_loss_agreement": agreement}
+    with open(a.out_json, "w") as f:
+        json.dump(summary, f, indent=2, sort_keys=True)
+    sys.stdout.write(md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""mezo/probe — the logbook entry's MeZO probe in one inference context.
+
+For D draws z and each eps: g = [L(t+eps z) - L(t-eps z)] / (2 eps) in the context under test and in the float
+reference on the same z (maths in mezo.py, contexts in contexts.py). Writes one JSON: start loss (context and
+float), per eps sign agreement / Pearson r / ratio of median |g| (context over float) and the raw g arrays.
+Deterministic for a fixed seed: nothing time- or host-dependent enters the JSON (timings go to stderr).
+
+An exception anywhere (including inside a vendor SDK) is written as {"class", "message"} to $HEDDLE_ERROR_FILE
+and re-raised, so the status record carries e.g. "InferenceError: graph execution error at ...".
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+
+import mezo  # noqa: E402
+
+
+def record_error(exc):
+    path = os.environ.get("HEDDLE_ERROR_FILE")
+    if path:
+        try:
+            with open(path, "w") as f:
+                json.dump({"class": type(exc).__name__, "message": str(exc)}, f)
+        except OSError:
+            pass
+
+
+def _clean(v):
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+def parse_eps(s):
+    v = json.loads(s) if isinstance(s, str) else s
+    if isinstance(v, (int, float)):
+        v = [v]
+    return [float(e) for e in v]
+
+
+def common_args(ap):
+    ap.add_argument("--calib", required=True, help="calibration set, float32 NHWC .npy")
+    ap.add_argument("--rank", type=int, default=4)
+    ap.add_argument("--draws", type=int, default=48)
+    ap.add_argument("--eps", default="[0.03, 0.01, 0.001]", help="JSON list")
+    ap.add_argument("--batch", type=int, default=8, help="calibration samples in the loss")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--target-loss", type=float, default=2e-3, help="mean-square offset of the target")
+    ap.add_argument("--chunk", type=int, default=8, help="parameter points per forward call")
+    ap.add_argument("--out", required=True)
+
+
+def run_probe(args, ctx_factory, float_factory, meta):
+    """ctx_factory/float_factory: zero-arg callables returning mezo.Context objects (constructed lazily)."""
+    calib = np.load(args.calib, mmap_mode="r")
+    if calib.ndim != 4:
+        raise ValueError(f"calibration set must be (N,H,W,C) NHWC, got shape {calib.shape}")
+    plan = mezo.Plan(calib, args.batch, args.rank, args.draws, parse_eps(args.eps), args.seed)
+    t = time.monotonic()
+    fctx = float_factory()
+    with fctx:
+        f_outs = mezo.evaluate(fctx, plan, args.chunk)
+    print(f"[probe] float reference {fctx.name}: {len(f_outs)} points in {time.monotonic() - t:.1f}s", file=sys.stderr)
+    target = mezo.make_target(plan, f_outs, args.target_loss)
+    f_loss = mezo.losses(f_outs, target)
+    y0_float = f_outs[0]
+    del f_outs
+
+    t = time.monotonic()
+    ctx = ctx_factory()
+    with ctx:
+        q_outs = mezo.evaluate(ctx, plan, args.chunk)
+    print(f"[probe] context {ctx.name}: {len(q_outs)} points in {time.monotonic() - t:.1f}s", file=sys.stderr)
+    if q_outs[0].shape != y0_float.shape:
+        raise ValueError(f"context output shape {q_outs[0].shape} != float reference {y0_float.shape}")
+    q_loss = mezo.losses(q_outs, target)
+    y0 = q_outs[0]
+    rows = mezo.summarise(plan, mezo.gradients(plan, q_loss), mezo.gradients(plan, f_loss))
+    result = {
+        "kind": "mezo-probe",
+        "instance": os.environ.get("HEDDLE_INSTANCE", ""),
+        **meta,
+        "context": ctx.name,
+        "float_ref": fctx.name,
+        "params": {"rank": args.rank, "draws": args.draws, "eps": plan.eps, "batch": args.batch,
+                   "seed": args.seed, "target_loss": args.target_loss, "chunk": args.chunk},
+        "sample_index": plan.sample_index,
+        "outputs_per_sample": int(np.prod(y0.shape[1:])),
+        "start_loss": float(q_loss[0]),
+        "start_loss_float": float(f_loss[0]),
+        "start_output_max_abs_diff_vs_float": float(np.max(np.abs(y0.astype(np.float64) - y0_float))),
+        "start_output_digest": _digest(y0),
+        "context_info": ctx.info,
+        "float_ref_info": fctx.info,
+        "rows": rows,
+    }
+    with open(args.out, "w") as f:
+        json.dump(_clean(result), f, indent=1, sort_keys=True)
+        f.write("\n")
+    for r in rows:
+        print(f"[probe] eps={r['eps']:.0e} sign={r['sign']:.1%} r={r['r']:+.3f} ratio={r['ratio']:.3g}x",
+              file=sys.stderr)
+    return result
+
+
+def _digest(y):
+    import hashlib
+    return hashlib.sha256(np.ascontiguousarray(y, dtype=np.float32).tobytes()).hexdigest()[:16]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", required=True, choices=["ort", "dfc"])
+    ap.add_argument("--context", required=True)
+    ap.add_argument("--float-ref", default="auto", help="auto | ORT_FLOAT | SDK_NATIVE | NUMPY_FLOAT | ...")
+    ap.add_argument("--quant", help="quantised model: ORT .onnx or DFC quantised .har")
+    ap.add_argument("--float-model", help="float ONNX (ort backend)")
+    ap.add_argument("--weights", help="weights.npz from onnx/author (NUMPY_FLOAT)")
+    ap.add_argument("--hw-arch", default="hailo10h")
+    ap.add_argument("--threads", type=int, default=1, help="ORT intra-op threads (1 keeps sums in one order)")
+    common_args(ap)
+    a = ap.parse_args(argv)
+    from contexts import make_context
+    fref = a.float_ref
+    if fref in ("", "auto"):
+        fref = {"ort": "ORT_FLOAT", "dfc": "SDK_NATIVE"}[a.backend]
+    kw = dict(quant=a.quant, float_model=a.float_model, weights=a.weights, hw_arch=a.hw_arch, threads=a.threads)
+    try:
+        run_probe(a, lambda: make_context(a.backend, a.context, **kw),
+                  lambda: make_context(a.backend, fref, **kw), {"backend": a.backend})
+    except BaseException as e:
+        if isinstance(e, (SystemExit, KeyboardInterrupt)):
+            raise
+        record_error(e)
+        traceback.print_exc()
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

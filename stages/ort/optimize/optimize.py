@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""ort/optimize — onnxruntime static quantisation (QDQ format) against the author's calibration set.
+
+precision -> (activation type, weight type):
+  a8_w8   -> QUInt8 activations, QInt8 weights
+  a16_w16 -> QUInt16 activations, QInt16 weights   (onnxruntime lifts the model to opset 21 for 16-bit Q/DQ)
+  a16_w4  -> QUInt16 activations, QInt4 weights    (int4 weights for Conv in QDQ form)
+Activations unsigned, weights signed and symmetric, per-tensor, MinMax calibration — the same scheme family the
+Hailo docs describe (unsigned activations with zero point, signed weights). The calibration set is float32 NHWC
+and is transposed to NCHW for the ONNX model. Any exception is recorded as {class, message} in $HEDDLE_ERROR_FILE.
+"""
+import argparse
+import json
+import os
+import sys
+import traceback
+
+import numpy as np
+
+PRECISIONS = {"a8_w8": ("QUInt8", "QInt8"), "a16_w16": ("QUInt16", "QInt16"), "a16_w4": ("QUInt16", "QInt4")}
+
+
+def record_error(exc):
+    path = os.environ.get("HEDDLE_ERROR_FILE")
+    if path:
+        with open(path, "w") as f:
+            json.dump({"class": type(exc).__name__, "message": str(exc)}, f)
+
+
+def quantize(model, calib_path, out, precision, samples, batch, per_channel, method):
+    import onnx
+    import onnxruntime
+    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
+                                          quantize_static)
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
+    act, wt = PRECISIONS[precision]
+    calib = np.load(calib_path, mmap_mode="r")
+    n = calib.shape[0] if samples <= 0 else min(samples, calib.shape[0])
+    input_name = onnx.load(model, load_external_data=False).graph.input[0].name
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.i = 0
+
+        def get_next(self):
+            if self.i >= n:
+                return None
+            x = np.ascontiguousarray(calib[self.i:min(self.i + batch, n)].transpose(0, 3, 1, 2), dtype=np.float32)
+            self.i += batch
+            return {input_name: x}
+
+    quantize_static(model, out, Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=getattr(QuantType, act), weight_type=getattr(QuantType, wt),
+                    per_channel=per_channel, calibrate_method=getattr(CalibrationMethod, method))
+    q = onnx.load(out)
+    ops = [nd.op_type for nd in q.graph.node]
+    types = sorted({onnx.TensorProto.DataType.Name(i.data_type) for i in q.graph.initializer})
+    return {"precision": precision, "activation_type": act, "weight_type": wt, "format": "QDQ",
+            "per_channel": per_channel, "calibrate_method": method, "calibration_entries": int(n),
+            "calibration_layout": "NHWC float32 (transposed to NCHW for ONNX)",
+            "opset": [o.version for o in q.opset_import if o.domain in ("", "ai.onnx")],
+            "ops": ops, "initializer_types": types, "onnxruntime": onnxruntime.__version__}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--calib", required=True)
+    ap.add_argument("--precision", required=True)
+    ap.add_argument("--samples", type=int, default=0, help="calibration entries to use (0 = all)")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--per-channel", default="false")
+    ap.add_argument("--method", default="MinMax")
+    ap.add_argument("--out-model", required=True)
+    ap.add_argument("--out-report", required=True)
+    a = ap.parse_args(argv)
+    try:
+        rep = quantize(a.model, a.calib, a.out_model, a.precision, a.samples, a.batch,
+                       a.per_channel.lower() in ("1", "true", "yes"), a.method)
+    except Exception as e:
+        record_error(e)
+        traceback.print_exc()
+        sys.exit(1)
+    with open(a.out_report, "w") as f:
+        json.dump(rep, f, indent=2)
+    print(json.dumps({k: rep[k] for k in ("precision", "activation_type", "weight_type", "calibration_entries")}),
+          file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
