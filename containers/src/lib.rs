@@ -1,1 +1,27 @@
-//! heddle-containers
+//! heddle's narrow wrapper over the Docker Engine API (through bollard).
+//!
+//! This crate owns talking to the engine: connecting (with API version negotiation, so older
+//! engines work), turning an image reference into its content-addressed identity, running one
+//! container to completion with mounts, GPUs, devices, limits and a network mode, streaming its
+//! output to log files and to a channel, stopping it on timeout or cancellation, and removing
+//! it on every path. Everything it creates carries the label `heddle.managed=true`, so
+//! [`Engine::remove_labelled`] can clean up after a crash.
+//!
+//! It does not know about caches, pipelines, stages or templates: the runner decides what to
+//! run and what an outcome means; this crate only runs it. It never shells out to the docker
+//! CLI.
+//!
+//! [`test_images`] builds the small FROM-scratch busybox images heddle's tests run.
+
+mod engine;
+mod error;
+mod run;
+mod spec;
+pub mod test_images;
+
+pub use engine::{Engine, MANAGED_LABEL};
+pub use error::{ContainerError, SizeError};
+pub use spec::{
+    parse_device, parse_size, ContainerOutcome, ContainerSpec, DeviceMapping, GpuRequest,
+    ImageIdentity, LogLine, Mount, NetworkMode, PullPolicy, Stream, DEFAULT_STOP_GRACE,
+};

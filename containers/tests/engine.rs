@@ -1,0 +1,457 @@
+//! Integration tests against the real Docker Engine (no mocks).
+//!
+//! Each test labels its containers `heddle.test=<unique>` so tests running in parallel can
+//! count and clean up only their own.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use heddle_containers::test_images::{self, BUSYBOX, BUSYBOX_MOVED};
+use heddle_containers::{
+    ContainerError, ContainerOutcome, ContainerSpec, Engine, LogLine, Mount, NetworkMode,
+    PullPolicy, Stream,
+};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+const TEST_LABEL: &str = "heddle.test";
+
+struct Fixture {
+    engine: Engine,
+    image: String,
+    label: String,
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    /// `None` (after a loud notice) when busybox-static is not installed.
+    async fn new(test: &str) -> Option<Fixture> {
+        if !test_images::busybox_available() {
+            test_images::skip_notice(test);
+            return None;
+        }
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let engine = Engine::connect(None).await.expect("connect to the engine");
+        let image = test_images::ensure_busybox(&engine)
+            .await
+            .expect("build the busybox test image");
+        let label = format!(
+            "{test}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        Some(Fixture {
+            engine,
+            image: image.id,
+            label,
+            dir: tempfile::tempdir().unwrap(),
+        })
+    }
+
+    fn spec(&self, script: &str) -> ContainerSpec {
+        ContainerSpec {
+            image: self.image.clone(),
+            cmd: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            labels: [(TEST_LABEL.to_string(), self.label.clone())].into(),
+            stdout_log: self.dir.path().join("logs/stdout.log"),
+            stderr_log: self.dir.path().join("logs/stderr.log"),
+            ..Default::default()
+        }
+    }
+
+    async fn run(&self, spec: &ContainerSpec) -> ContainerOutcome {
+        self.engine
+            .run(spec, None, CancellationToken::new())
+            .await
+            .expect("run the container")
+    }
+
+    async fn count(&self) -> usize {
+        self.engine
+            .count_labelled((TEST_LABEL, &self.label))
+            .await
+            .unwrap()
+    }
+
+    fn stdout(&self) -> String {
+        read(&self.dir.path().join("logs/stdout.log"))
+    }
+
+    fn stderr(&self) -> String {
+        read(&self.dir.path().join("logs/stderr.log"))
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+/// Waits on the channel for a line, so tests act on what the container did, not on sleeps.
+async fn wait_for_line(rx: &mut mpsc::UnboundedReceiver<LogLine>, wanted: &str) {
+    let found = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(l) = rx.recv().await {
+            if l.line == wanted {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(found, Ok(true), "the container never printed {wanted:?}");
+}
+
+#[tokio::test]
+async fn echo_goes_to_log_files_and_channel() {
+    let Some(f) = Fixture::new("echo").await else {
+        return;
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut spec = f.spec("echo hello; echo oops >&2; printf 'no newline'");
+    spec.env.insert("GREETING".into(), "hi there".into());
+    let outcome = f
+        .engine
+        .run(&spec, Some(tx), CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(outcome, ContainerOutcome::Exited { code: 0 });
+    assert_eq!(f.stdout(), "hello\nno newline");
+    assert_eq!(f.stderr(), "oops\n");
+    let mut lines = Vec::new();
+    while let Some(l) = rx.recv().await {
+        lines.push((l.stream, l.line));
+    }
+    assert!(
+        lines.contains(&(Stream::Stdout, "hello".into())),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&(Stream::Stderr, "oops".into())),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&(Stream::Stdout, "no newline".into())),
+        "{lines:?}"
+    );
+    assert_eq!(f.count().await, 0, "the container must be removed");
+}
+
+#[tokio::test]
+async fn env_and_workdir_reach_the_command() {
+    let Some(f) = Fixture::new("env").await else {
+        return;
+    };
+    let mut spec = f.spec("echo \"$GREETING\"; pwd");
+    spec.env.insert("GREETING".into(), "hi there".into());
+    spec.workdir = Some("/tmp".into());
+    assert_eq!(f.run(&spec).await, ContainerOutcome::Exited { code: 0 });
+    assert_eq!(f.stdout(), "hi there\n/tmp\n");
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn output_mount_receives_a_file_owned_by_the_given_user() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let Some(f) = Fixture::new("outmount").await else {
+        return;
+    };
+    let out = f.dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut spec = f.spec("echo result > /out/answer.txt && id -u && id -g");
+    spec.mounts.push(Mount {
+        host: out.clone(),
+        container: "/out".into(),
+        read_only: false,
+    });
+    spec.user = Some("4321:8765".into());
+    assert_eq!(f.run(&spec).await, ContainerOutcome::Exited { code: 0 });
+    let written = out.join("answer.txt");
+    assert_eq!(read(&written), "result\n");
+    let meta = std::fs::metadata(&written).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (4321, 8765));
+    assert_eq!(f.stdout(), "4321\n8765\n");
+}
+
+#[tokio::test]
+async fn read_only_input_cannot_be_modified() {
+    let Some(f) = Fixture::new("romount").await else {
+        return;
+    };
+    let input = f.dir.path().join("in");
+    std::fs::create_dir(&input).unwrap();
+    std::fs::write(input.join("data.txt"), "original\n").unwrap();
+    // Runs as root inside: read-only must hold even for root.
+    let mut spec = f.spec(
+        "cat /in/data.txt; \
+         if echo changed > /in/data.txt; then exit 10; fi; \
+         if touch /in/new; then exit 11; fi; \
+         exit 3",
+    );
+    spec.mounts.push(Mount {
+        host: input.clone(),
+        container: "/in".into(),
+        read_only: true,
+    });
+    assert_eq!(f.run(&spec).await, ContainerOutcome::Exited { code: 3 });
+    assert_eq!(f.stdout(), "original\n");
+    assert!(
+        f.stderr().contains("Read-only file system"),
+        "{}",
+        f.stderr()
+    );
+    assert_eq!(read(&input.join("data.txt")), "original\n");
+    assert!(!input.join("new").exists());
+}
+
+#[tokio::test]
+async fn network_none_has_only_loopback() {
+    let Some(f) = Fixture::new("netnone").await else {
+        return;
+    };
+    let mut spec = f.spec("ls /sys/class/net");
+    spec.network = NetworkMode::None;
+    assert_eq!(f.run(&spec).await, ContainerOutcome::Exited { code: 0 });
+    assert_eq!(f.stdout().split_whitespace().collect::<Vec<_>>(), ["lo"]);
+
+    // And bridge really is different, so the assertion above means something.
+    spec.network = NetworkMode::Bridge;
+    assert_eq!(f.run(&spec).await, ContainerOutcome::Exited { code: 0 });
+    assert!(
+        f.stdout().split_whitespace().any(|i| i != "lo"),
+        "{}",
+        f.stdout()
+    );
+}
+
+#[tokio::test]
+async fn nonzero_exit_reports_the_code() {
+    let Some(f) = Fixture::new("exitcode").await else {
+        return;
+    };
+    assert_eq!(
+        f.run(&f.spec("echo failing >&2; exit 7")).await,
+        ContainerOutcome::Exited { code: 7 }
+    );
+    assert_eq!(f.stderr(), "failing\n");
+    assert_eq!(f.count().await, 0);
+}
+
+#[tokio::test]
+async fn timeout_stops_and_removes_the_container() {
+    let Some(f) = Fixture::new("timeout").await else {
+        return;
+    };
+    let mut spec = f.spec("echo started; sleep 30");
+    spec.timeout = Some(Duration::from_millis(500));
+    spec.stop_grace = Duration::from_secs(5);
+    let start = Instant::now();
+    assert_eq!(f.run(&spec).await, ContainerOutcome::TimedOut);
+    // The init forwards SIGTERM, so the grace period is not used up.
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(f.stdout(), "started\n");
+    assert_eq!(f.count().await, 0);
+}
+
+#[tokio::test]
+async fn cancel_stops_and_removes_the_container() {
+    let Some(f) = Fixture::new("cancel").await else {
+        return;
+    };
+    let spec = f.spec("echo started; sleep 30");
+    let cancel = CancellationToken::new();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let run = {
+        let engine = f.engine.clone();
+        let cancel = cancel.clone();
+        tokio::spawn(async move { engine.run(&spec, Some(tx), cancel).await })
+    };
+    wait_for_line(&mut rx, "started").await;
+    let start = Instant::now();
+    cancel.cancel();
+    let outcome = run.await.unwrap().unwrap();
+    assert_eq!(outcome, ContainerOutcome::Cancelled);
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(f.count().await, 0);
+}
+
+#[tokio::test]
+async fn cancelled_before_start_creates_nothing() {
+    let Some(f) = Fixture::new("precancel").await else {
+        return;
+    };
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let outcome = f.engine.run(&f.spec("true"), None, cancel).await.unwrap();
+    assert_eq!(outcome, ContainerOutcome::Cancelled);
+    assert_eq!(f.count().await, 0);
+}
+
+#[tokio::test]
+async fn dropping_the_run_future_still_removes_the_container() {
+    let Some(f) = Fixture::new("dropped").await else {
+        return;
+    };
+    let spec = f.spec("echo started; sleep 30");
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let run = {
+        let engine = f.engine.clone();
+        tokio::spawn(async move { engine.run(&spec, Some(tx), CancellationToken::new()).await })
+    };
+    wait_for_line(&mut rx, "started").await;
+    assert_eq!(f.count().await, 1);
+    run.abort();
+    assert!(run.await.unwrap_err().is_cancelled());
+    // The guard's removal runs in the background; give it a bounded time.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while f.count().await != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "container left behind after drop"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn oom_is_reported() {
+    let Some(f) = Fixture::new("oom").await else {
+        return;
+    };
+    // The shell keeps the whole substitution in memory: far over a 16 MiB limit.
+    let mut spec = f.spec("x=$(head -c 268435456 /dev/zero | tr '\\0' a); echo survived");
+    spec.memory = Some(16 << 20);
+    let outcome = f.run(&spec).await;
+    assert!(
+        matches!(outcome, ContainerOutcome::OomKilled { .. }),
+        "{outcome:?}, stdout {:?}",
+        f.stdout()
+    );
+    assert_eq!(f.count().await, 0);
+}
+
+#[tokio::test]
+async fn missing_image_is_image_missing() {
+    let Some(f) = Fixture::new("missing").await else {
+        return;
+    };
+    let reference = "heddle-test/does-not-exist:never";
+    let err = f
+        .engine
+        .resolve_image(reference, PullPolicy::Never)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ContainerError::ImageMissing { .. }),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(message.contains(reference), "{message}");
+    assert!(message.contains("docker load -i"), "{message}");
+    assert!(message.contains("pull = \"missing\""), "{message}");
+}
+
+#[tokio::test]
+async fn resolve_follows_a_moved_tag() {
+    let Some(f) = Fixture::new("retag").await else {
+        return;
+    };
+    let moved = test_images::ensure_busybox_moved(&f.engine).await.unwrap();
+    let latest = f
+        .engine
+        .resolve_image(BUSYBOX, PullPolicy::Never)
+        .await
+        .unwrap();
+    assert!(latest.id.starts_with("sha256:"), "{latest:?}");
+    assert_ne!(latest.id, moved.id);
+
+    let reference = format!("heddle-test/retag:{}", f.label);
+    f.engine.tag_image(BUSYBOX, &reference).await.unwrap();
+    let before = f
+        .engine
+        .resolve_image(&reference, PullPolicy::Missing)
+        .await
+        .unwrap();
+    assert_eq!(before.id, latest.id);
+    f.engine.tag_image(BUSYBOX_MOVED, &reference).await.unwrap();
+    let after = f
+        .engine
+        .resolve_image(&reference, PullPolicy::Never)
+        .await
+        .unwrap();
+    assert_eq!(after.id, moved.id);
+
+    let spec = f.spec("cat /moved.txt");
+    let mut spec = ContainerSpec {
+        image: after.id,
+        ..spec
+    };
+    spec.name = None;
+    assert_eq!(f.run(&spec).await, ContainerOutcome::Exited { code: 0 });
+    assert_eq!(f.stdout(), "moved\n");
+}
+
+#[tokio::test]
+async fn remove_labelled_cleans_up_a_running_container() {
+    let Some(f) = Fixture::new("gc").await else {
+        return;
+    };
+    let spec = f.spec("echo started; sleep 30");
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let run = {
+        let engine = f.engine.clone();
+        tokio::spawn(async move { engine.run(&spec, Some(tx), CancellationToken::new()).await })
+    };
+    wait_for_line(&mut rx, "started").await;
+    assert_eq!(f.count().await, 1);
+    let removed = f
+        .engine
+        .remove_labelled(Some((TEST_LABEL, &f.label)))
+        .await
+        .unwrap();
+    assert_eq!(removed, 1);
+    assert_eq!(f.count().await, 0);
+    // The run notices its container is gone and returns promptly, one way or another.
+    let result = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("run returns after its container is removed")
+        .unwrap();
+    eprintln!("run after gc: {result:?}");
+}
+
+#[tokio::test]
+async fn unreachable_engine_says_what_to_fix() {
+    let err = Engine::connect(Some("unix:///nonexistent.sock"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ContainerError::EngineUnreachable { .. }),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(!message.contains('\n'), "{message}");
+    assert!(
+        message.starts_with("cannot reach the Docker Engine at unix:///nonexistent.sock: "),
+        "{message}"
+    );
+    assert!(message.contains("is the daemon running"), "{message}");
+    eprintln!("{message}");
+}
+
+#[tokio::test]
+async fn engine_negotiates_an_older_api() {
+    let Some(f) = Fixture::new("version").await else {
+        return;
+    };
+    // bollard speaks a newer API than this engine; negotiation must have brought it down.
+    let version = f.engine.api_version();
+    assert!(version.starts_with("1."), "{version}");
+}
