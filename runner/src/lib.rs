@@ -1,1 +1,22 @@
-//! heddle-runner
+//! heddle's engine. It owns the pipeline model (parse, validate, expand matrices, render
+//! templates), the planner (a petgraph DAG of stage instances with cache keys and the reason
+//! each must run), the tokio scheduler, the [`exec::Executor`] trait with the host and Docker
+//! executors, python environments and run records. It does not own bytes on disk (that is
+//! `heddle-cache`), the Docker Engine protocol (`heddle-containers`) or the terminal (the
+//! `heddle` binary renders [`sched::Event`]s).
+//!
+//! Data flows one way: [`model::load`] → [`plan::build`] → [`prepare::prepare`] →
+//! [`sched::run`] → [`record::RunRecord`].
+
+pub mod diag;
+pub mod exec;
+pub mod key;
+pub mod model;
+pub mod plan;
+pub mod prepare;
+pub mod pyenv;
+pub mod record;
+pub mod render;
+pub mod sched;
+pub mod spec;
+pub mod template;

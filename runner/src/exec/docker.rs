@@ -1,0 +1,143 @@
+//! The Docker executor: the same sandbox as the host executor, bind-mounted into a container
+//! (`/heddle/in` read-only, `/heddle/out` and `/heddle/work` writable, the `uses` folder
+//! read-only at `/heddle/stage`). The container runs as the invoking user unless the stage says
+//! otherwise, so outputs belong to whoever ran heddle. Lifecycle and cleanup live in
+//! `heddle-containers`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use heddle_containers::{ContainerOutcome, ContainerSpec, Engine, Mount};
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::{Cancel, ExecError, ExecOutcome, ExecRequest, Executor};
+use crate::render::{Command, PathLayout};
+
+const GRACE: Duration = Duration::from_secs(3);
+
+/// One connected engine per `docker_host` (`None`: bollard's defaults).
+#[derive(Clone, Default)]
+pub struct DockerExecutor {
+    pub engines: BTreeMap<Option<String>, Engine>,
+}
+
+impl Executor for DockerExecutor {
+    fn layout(&self, _sandbox: &Path, stage_dir: Option<&Path>) -> PathLayout {
+        let mut l = PathLayout::virtual_root();
+        if stage_dir.is_none() {
+            l.stage_dir = None;
+        }
+        l
+    }
+
+    fn execute<'a>(
+        &'a self,
+        req: ExecRequest,
+        lines: UnboundedSender<String>,
+        cancel: Cancel,
+    ) -> BoxFuture<'a, Result<ExecOutcome, ExecError>> {
+        Box::pin(async move {
+            let c = req
+                .container
+                .as_ref()
+                .ok_or_else(|| ExecError::Other(format!("{}: no container settings", req.label)))?;
+            let engine = self.engines.get(&c.docker_host).ok_or_else(|| {
+                ExecError::Other(format!(
+                    "{}: no engine connected for {:?}",
+                    req.label, c.docker_host
+                ))
+            })?;
+            let cmd = match &req.command {
+                Command::Shell(s) => vec!["/bin/sh".into(), "-c".into(), s.clone()],
+                Command::Exec(v) => v.clone(),
+            };
+            let mut mounts = vec![
+                Mount {
+                    host: req.sandbox.join("in"),
+                    container: "/heddle/in".into(),
+                    read_only: true,
+                },
+                Mount {
+                    host: req.sandbox.join("out"),
+                    container: "/heddle/out".into(),
+                    read_only: false,
+                },
+                Mount {
+                    host: req.sandbox.join("work"),
+                    container: "/heddle/work".into(),
+                    read_only: false,
+                },
+            ];
+            if let Some(d) = &req.stage_dir {
+                mounts.push(Mount {
+                    host: d.clone(),
+                    container: "/heddle/stage".into(),
+                    read_only: true,
+                });
+            }
+            let mut env = req.env.clone();
+            // The host's PATH means nothing inside the image.
+            env.remove("PATH");
+            env.remove("HOME");
+            env.remove("TMPDIR");
+            if let Some(f) = env.get_mut("HEDDLE_ERROR_FILE") {
+                *f = "/heddle/work/.heddle-error.json".into();
+            }
+            let labels = BTreeMap::from([
+                ("heddle.run".to_string(), req.run_id.clone()),
+                ("heddle.instance".to_string(), req.label.clone()),
+            ]);
+            let spec = ContainerSpec {
+                image: c.image_id.clone(),
+                cmd,
+                env,
+                mounts,
+                workdir: Some(c.workdir.clone().unwrap_or_else(|| "/heddle/work".into())),
+                user: Some(c.user.clone().unwrap_or_else(invoking_user)),
+                gpus: c.gpus.clone(),
+                devices: c.devices.clone(),
+                network: c.network,
+                shm_size: c.shm_size,
+                memory: c.memory,
+                cpus: c.cpus,
+                labels,
+                timeout: req.timeout,
+                stop_grace: GRACE,
+                stdout_log: req.stdout_log.clone(),
+                stderr_log: req.stderr_log.clone(),
+                name: None,
+            };
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<heddle_containers::LogLine>();
+            let fwd = tokio::spawn(async move {
+                while let Some(l) = rx.recv().await {
+                    let _ = lines.send(l.line);
+                }
+            });
+            let outcome = engine.run(&spec, Some(tx), cancel.graceful.clone()).await;
+            let _ = fwd.await;
+            Ok(match outcome? {
+                ContainerOutcome::Exited { code } => ExecOutcome::Exited(code),
+                ContainerOutcome::OomKilled { code } => ExecOutcome::OomKilled(code),
+                ContainerOutcome::TimedOut => {
+                    ExecOutcome::TimedOut(req.timeout.unwrap_or_default())
+                }
+                ContainerOutcome::Cancelled => ExecOutcome::Cancelled,
+            })
+        })
+    }
+}
+
+fn invoking_user() -> String {
+    #[cfg(unix)]
+    {
+        // SAFETY: getuid/getgid cannot fail.
+        let (u, g) = unsafe { (libc::getuid(), libc::getgid()) };
+        format!("{u}:{g}")
+    }
+    #[cfg(not(unix))]
+    {
+        "0:0".into()
+    }
+}

@@ -1,0 +1,122 @@
+//! Executors run one rendered command to completion and say how it ended. The scheduler knows
+//! only the [`Executor`] trait; the host executor and the Docker executor sit beside each other.
+
+pub mod docker;
+pub mod host;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+
+use crate::render::{Command, PathLayout};
+
+/// Cancellation in two steps: `graceful` asks the command to stop (SIGTERM, `docker stop`),
+/// `force` kills it now (a second Ctrl-C).
+#[derive(Clone, Default)]
+pub struct Cancel {
+    pub graceful: CancellationToken,
+    pub force: CancellationToken,
+}
+
+/// One execution: the rendered command, its sandbox and where its logs go.
+#[derive(Debug, Clone)]
+pub struct ExecRequest {
+    pub label: String,
+    pub run_id: String,
+    pub command: Command,
+    /// A host folder holding `in/`, `out/` and `work/`.
+    pub sandbox: PathBuf,
+    /// The `uses` folder on the host, if any.
+    pub stage_dir: Option<PathBuf>,
+    pub env: BTreeMap<String, String>,
+    pub timeout: Option<Duration>,
+    pub stdout_log: PathBuf,
+    pub stderr_log: PathBuf,
+    /// Set for container stages; the Docker executor requires it.
+    pub container: Option<ContainerRequest>,
+}
+
+/// A container stage's settings, with the image already resolved to its id.
+#[derive(Debug, Clone)]
+pub struct ContainerRequest {
+    pub image_id: String,
+    pub gpus: heddle_containers::GpuRequest,
+    pub devices: Vec<String>,
+    pub network: heddle_containers::NetworkMode,
+    pub shm_size: Option<u64>,
+    pub memory: Option<u64>,
+    pub cpus: Option<f64>,
+    pub user: Option<String>,
+    pub workdir: Option<String>,
+    pub docker_host: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecOutcome {
+    Exited(i64),
+    /// Killed by a signal it did not ask for (unix).
+    Signaled(i32),
+    OomKilled(i64),
+    TimedOut(Duration),
+    Cancelled,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("failed to start `{program}`: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("failed to write log {path}: {source}")]
+    Log {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Container(#[from] heddle_containers::ContainerError),
+    #[error("{0}")]
+    Other(String),
+}
+
+pub trait Executor: Send + Sync {
+    /// How the command sees its inputs, outputs and stage folder.
+    fn layout(&self, sandbox: &Path, stage_dir: Option<&Path>) -> PathLayout;
+
+    /// Run to completion, sending each output line on `lines` for the progress display.
+    fn execute<'a>(
+        &'a self,
+        req: ExecRequest,
+        lines: UnboundedSender<String>,
+        cancel: Cancel,
+    ) -> BoxFuture<'a, Result<ExecOutcome, ExecError>>;
+}
+
+/// The fixed base environment a command sees before its stage's declared variables.
+pub fn base_env() -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    for k in [
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "SYSTEMROOT",
+        "SystemRoot",
+        "WINDIR",
+        "TEMP",
+        "TMP",
+        "USERPROFILE",
+        "PATHEXT",
+        "COMSPEC",
+    ] {
+        if let Ok(v) = std::env::var(k) {
+            env.insert(k.to_string(), v);
+        }
+    }
+    env.insert("LANG".into(), "C.UTF-8".into());
+    env.insert("LC_ALL".into(), "C.UTF-8".into());
+    env
+}

@@ -1,0 +1,323 @@
+//! Cache keys and the reasons an instance must run.
+//!
+//! A key is sha256 over a domain tag and the canonical JSON of [`KeyParts`]: one field per thing
+//! that can change a result, maps as `BTreeMap` so the encoding is canonical. The expanded parts
+//! are stored beside every action entry, so a miss is explained by diffing against the nearest
+//! earlier entry of the same stage ([`explain`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use heddle_cache::{ActionEntry, Digest};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::model::value_text;
+use crate::render::Command;
+
+/// Bump when the encoding of [`KeyParts`] changes: every old entry becomes a miss.
+/// v1: first format.
+pub const KEY_VERSION: &str = "heddle/action/v1";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KeyParts {
+    pub version: String,
+    pub stage: String,
+    /// The command rendered with the container layout (`/heddle/in/...`), so no host path enters.
+    pub command: Command,
+    /// `{"kind":"host"}` or the container's image id and device/GPU/limit settings.
+    pub executor: Value,
+    /// Relative path → digest of every file in the `uses` folder.
+    pub definition: BTreeMap<String, String>,
+    /// Input name → digest, or for a gather the members' digests and statuses.
+    pub inputs: BTreeMap<String, Value>,
+    pub params: BTreeMap<String, Value>,
+    pub matrix: BTreeMap<String, Value>,
+    /// Declared variables and passed-through host variables, with their values.
+    pub vars: BTreeMap<String, String>,
+    /// The python environment's identity (its resolved package set), if any.
+    pub env: Option<String>,
+    pub outputs: BTreeMap<String, String>,
+}
+
+impl KeyParts {
+    pub fn digest(&self) -> Digest {
+        let mut bytes = Vec::with_capacity(1024);
+        bytes.extend_from_slice(KEY_VERSION.as_bytes());
+        bytes.push(0);
+        serde_json::to_writer(&mut bytes, self).expect("key parts serialise");
+        Digest::of_bytes(&bytes)
+    }
+}
+
+/// Why an instance runs (or doesn't).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Reason {
+    Cached,
+    NeverRun,
+    Forced,
+    NoCache,
+    /// `cache = false`: a measurement, always taken.
+    NotCacheable,
+    UpstreamRuns {
+        upstream: String,
+    },
+    EnvNotProvisioned {
+        env: String,
+    },
+    Changed {
+        changes: Vec<Change>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Change {
+    Param {
+        name: String,
+        old: Option<Value>,
+        new: Option<Value>,
+    },
+    Matrix {
+        name: String,
+        old: Option<Value>,
+        new: Option<Value>,
+    },
+    Input {
+        name: String,
+    },
+    Definition {
+        files: Vec<String>,
+    },
+    Command,
+    Image {
+        old: String,
+        new: String,
+    },
+    Executor,
+    Var {
+        name: String,
+    },
+    Env,
+    Outputs,
+    Version,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Cached => write!(f, "cached"),
+            Reason::NeverRun => write!(f, "never run"),
+            Reason::Forced => write!(f, "forced"),
+            Reason::NoCache => write!(f, "--no-cache"),
+            Reason::NotCacheable => write!(f, "not cacheable (cache = false)"),
+            Reason::UpstreamRuns { upstream } => write!(f, "upstream {upstream} will run"),
+            Reason::EnvNotProvisioned { env } => write!(f, "env {env} not provisioned yet"),
+            Reason::Changed { changes } => {
+                let parts: Vec<String> = changes.iter().map(|c| c.to_string()).collect();
+                write!(f, "{}", parts.join("; "))
+            }
+        }
+    }
+}
+
+fn opt(v: &Option<Value>) -> String {
+    v.as_ref()
+        .map(value_text)
+        .unwrap_or_else(|| "(unset)".into())
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Change::Param { name, old, new } => {
+                write!(f, "param {name} {} → {}", opt(old), opt(new))
+            }
+            Change::Matrix { name, old, new } => {
+                write!(f, "matrix {name} {} → {}", opt(old), opt(new))
+            }
+            Change::Input { name } => write!(f, "input {name} changed"),
+            Change::Definition { files } => write!(f, "definition changed: {}", files.join(", ")),
+            Change::Command => write!(f, "command changed"),
+            Change::Image { old, new } => {
+                write!(f, "image changed ({} → {})", short_id(old), short_id(new))
+            }
+            Change::Executor => write!(f, "executor settings changed"),
+            Change::Var { name } => write!(f, "variable {name} changed"),
+            Change::Env => write!(f, "env changed"),
+            Change::Outputs => write!(f, "outputs changed"),
+            Change::Version => write!(f, "key format changed"),
+        }
+    }
+}
+
+fn short_id(id: &str) -> String {
+    let s = id.strip_prefix("sha256:").unwrap_or(id);
+    s.chars().take(12).collect()
+}
+
+/// Everything that differs between an earlier entry's parts and the current ones.
+pub fn diff(old: &KeyParts, new: &KeyParts) -> Vec<Change> {
+    let mut out = Vec::new();
+    if old.version != new.version {
+        out.push(Change::Version);
+    }
+    diff_maps(&old.params, &new.params, |name, old, new| {
+        out.push(Change::Param { name, old, new })
+    });
+    diff_maps(&old.matrix, &new.matrix, |name, old, new| {
+        out.push(Change::Matrix { name, old, new })
+    });
+    let keys: std::collections::BTreeSet<&String> =
+        old.inputs.keys().chain(new.inputs.keys()).collect();
+    for k in keys {
+        if old.inputs.get(k) != new.inputs.get(k) {
+            out.push(Change::Input { name: k.clone() });
+        }
+    }
+    let files: std::collections::BTreeSet<&String> =
+        old.definition.keys().chain(new.definition.keys()).collect();
+    let changed: Vec<String> = files
+        .into_iter()
+        .filter(|f| old.definition.get(*f) != new.definition.get(*f))
+        .cloned()
+        .collect();
+    if !changed.is_empty() {
+        out.push(Change::Definition { files: changed });
+    }
+    let (oi, ni) = (old.executor.get("image_id"), new.executor.get("image_id"));
+    if oi != ni && oi.is_some() && ni.is_some() {
+        out.push(Change::Image {
+            old: oi.map(value_text).unwrap_or_default(),
+            new: ni.map(value_text).unwrap_or_default(),
+        });
+    } else if old.executor != new.executor {
+        out.push(Change::Executor);
+    }
+    let vars: std::collections::BTreeSet<&String> =
+        old.vars.keys().chain(new.vars.keys()).collect();
+    for k in vars {
+        if old.vars.get(k) != new.vars.get(k) {
+            out.push(Change::Var { name: k.clone() });
+        }
+    }
+    if old.env != new.env {
+        out.push(Change::Env);
+    }
+    if old.outputs != new.outputs {
+        out.push(Change::Outputs);
+    }
+    // The command embeds params and paths; report it only when nothing above explains it.
+    if out.is_empty() && old.command != new.command {
+        out.push(Change::Command);
+    }
+    out
+}
+
+fn diff_maps(
+    old: &BTreeMap<String, Value>,
+    new: &BTreeMap<String, Value>,
+    mut push: impl FnMut(String, Option<Value>, Option<Value>),
+) {
+    let keys: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+    for k in keys {
+        let (o, n) = (old.get(k), new.get(k));
+        if o != n {
+            push(k.clone(), o.cloned(), n.cloned());
+        }
+    }
+}
+
+/// Explain a miss: diff against the nearest earlier entry of the same family — one with the
+/// same matrix values first (the same instance, earlier), else the one with fewest differences.
+pub fn explain(parts: &KeyParts, earlier: &[ActionEntry]) -> Reason {
+    let mut best: Option<(usize, bool, Vec<Change>)> = None;
+    for e in earlier {
+        let Ok(old) = serde_json::from_value::<KeyParts>(e.key_parts.clone()) else {
+            continue;
+        };
+        let same_instance = old.matrix == parts.matrix;
+        let changes = diff(&old, parts);
+        if changes.is_empty() {
+            continue;
+        }
+        let score = changes.len();
+        let better = match &best {
+            None => true,
+            Some((s, same, _)) => {
+                (same_instance && !same) || (same_instance == *same && score < *s)
+            }
+        };
+        if better {
+            best = Some((score, same_instance, changes));
+        }
+    }
+    match best {
+        Some((_, _, changes)) => Reason::Changed { changes },
+        None => Reason::NeverRun,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parts() -> KeyParts {
+        KeyParts {
+            version: KEY_VERSION.into(),
+            stage: "opt".into(),
+            command: Command::Exec(vec!["python3".into()]),
+            executor: json!({"kind": "host"}),
+            definition: [("optimize.py".to_string(), "aa".to_string())].into(),
+            inputs: [("calib".to_string(), json!("11"))].into(),
+            params: [("precision".to_string(), json!("a16_w16"))].into(),
+            matrix: BTreeMap::new(),
+            vars: BTreeMap::new(),
+            env: None,
+            outputs: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn key_is_stable_and_sensitive() {
+        let a = parts();
+        assert_eq!(a.digest(), parts().digest());
+        let mut b = parts();
+        b.params.insert("precision".into(), json!("a8_w8"));
+        assert_ne!(a.digest(), b.digest());
+    }
+
+    #[test]
+    fn reasons_read_like_a_person_would_say_them() {
+        let old = parts();
+        let mut new = parts();
+        new.params.insert("precision".into(), json!("a8_w8"));
+        new.inputs.insert("calib".into(), json!("22"));
+        new.definition.insert("optimize.py".into(), "bb".into());
+        new.env = Some("e".into());
+        let text: Vec<String> = diff(&old, &new).iter().map(|c| c.to_string()).collect();
+        assert_eq!(
+            text,
+            vec![
+                "param precision a16_w16 → a8_w8",
+                "input calib changed",
+                "definition changed: optimize.py",
+                "env changed"
+            ]
+        );
+    }
+
+    #[test]
+    fn image_change_names_both_ids() {
+        let mut old = parts();
+        old.executor = json!({"kind": "docker", "image_id": "sha256:aaaaaaaaaaaaaaaa"});
+        let mut new = parts();
+        new.executor = json!({"kind": "docker", "image_id": "sha256:bbbbbbbbbbbbbbbb"});
+        assert_eq!(
+            diff(&old, &new)[0].to_string(),
+            "image changed (aaaaaaaaaaaa → bbbbbbbbbbbb)"
+        );
+    }
+}

@@ -1,0 +1,590 @@
+//! The plan: stage instances expanded from matrices, wired into a petgraph DAG.
+//!
+//! Expansion walks stages in dependency order. A stage's instances are the cartesian product of
+//! its own matrix, naturally joined with every mapped upstream (`stage.out`, or `stage[k=v].out`
+//! after filtering) on shared keys; `stage[*].out` gathers and adds no keys. Cycles are rejected
+//! here, before anything runs, with the cycle spelled out.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use petgraph::algo::{tarjan_scc, toposort};
+use petgraph::graph::{DiGraph, NodeIndex};
+use serde_json::Value;
+
+use crate::diag::{Diagnostic, Diagnostics};
+use crate::model::{
+    check_param, value_text, InputKind, Pipeline, RunTemplate, Selector, Stage, WithValue,
+};
+use crate::template::{Rendered, Template};
+
+pub type Matrix = BTreeMap<String, Value>;
+
+#[derive(Debug, Clone)]
+pub enum BoundInput {
+    /// A repo file or folder.
+    Path {
+        rel: String,
+        abs: PathBuf,
+    },
+    One {
+        from: usize,
+        output: String,
+    },
+    Gather {
+        members: Vec<usize>,
+        output: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Instance {
+    pub id: usize,
+    /// Index into `Pipeline::stages`.
+    pub stage: usize,
+    pub label: String,
+    pub matrix: Matrix,
+    /// For a `uses` stage: its resolved params. For an inline stage: the pipeline params its
+    /// `run` refers to (only those, so an unrelated param change does not rerun it).
+    pub params: BTreeMap<String, Value>,
+    pub inputs: BTreeMap<String, BoundInput>,
+    pub deps: Vec<usize>,
+    /// The image reference, rendered, for container stages.
+    pub image: Option<String>,
+}
+
+#[derive(Debug)]
+pub struct Plan {
+    pub pipeline: Arc<Pipeline>,
+    pub instances: Vec<Instance>,
+    /// Node `i` is instance `i`; an edge runs from producer to consumer.
+    pub graph: DiGraph<usize, ()>,
+    /// A topological order of instance ids.
+    pub order: Vec<usize>,
+}
+
+impl Plan {
+    pub fn stage_of(&self, i: usize) -> &Stage {
+        &self.pipeline.stages[self.instances[i].stage]
+    }
+
+    /// Every instance downstream of `i` (not including `i`).
+    pub fn downstream(&self, i: usize) -> BTreeSet<usize> {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![NodeIndex::new(i)];
+        while let Some(n) = stack.pop() {
+            for m in self.graph.neighbors(n) {
+                if seen.insert(m.index()) {
+                    stack.push(m);
+                }
+            }
+        }
+        seen
+    }
+}
+
+/// The folder name of a gathered member: `k1=v1,k2=v2`, or `_` for an unmatrixed stage.
+pub fn member_dir(m: &Matrix) -> String {
+    if m.is_empty() {
+        return "_".into();
+    }
+    m.iter()
+        .map(|(k, v)| format!("{k}={}", value_text(v)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+pub fn label(stage: &str, m: &Matrix) -> String {
+    if m.is_empty() {
+        stage.to_string()
+    } else {
+        format!("{stage}[{}]", member_dir(m))
+    }
+}
+
+pub fn build(pipeline: Arc<Pipeline>) -> Result<Plan, Diagnostics> {
+    let p = &*pipeline;
+    let index: BTreeMap<&str, usize> = p
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.name.as_str(), i))
+        .collect();
+
+    // Stage-level graph for cycle detection and order.
+    let mut sg: DiGraph<usize, ()> = DiGraph::new();
+    for i in 0..p.stages.len() {
+        sg.add_node(i);
+    }
+    for (i, s) in p.stages.iter().enumerate() {
+        for input in s.inputs.values() {
+            if let InputKind::Ref { stage, .. } = &input.kind {
+                sg.update_edge(NodeIndex::new(index[stage.as_str()]), NodeIndex::new(i), ());
+            }
+        }
+    }
+    let stage_order = match toposort(&sg, None) {
+        Ok(o) => o,
+        Err(_) => return Err(Diagnostics(vec![cycle_error(p, &sg, &index)])),
+    };
+
+    let mut errors = Vec::new();
+    let mut instances: Vec<Instance> = Vec::new();
+    let mut by_stage: Vec<Vec<usize>> = vec![Vec::new(); p.stages.len()];
+    let mut keys_of: Vec<BTreeSet<String>> = vec![BTreeSet::new(); p.stages.len()];
+
+    for node in stage_order {
+        let si = node.index();
+        let s = &p.stages[si];
+        let mut assigns: Vec<Matrix> = vec![Matrix::new()];
+        for (k, vals) in &s.matrix {
+            assigns = assigns
+                .into_iter()
+                .flat_map(|a| {
+                    vals.iter().map(move |v| {
+                        let mut a = a.clone();
+                        a.insert(k.clone(), v.clone());
+                        a
+                    })
+                })
+                .collect();
+        }
+        let mut keys: BTreeSet<String> = s.matrix.iter().map(|(k, _)| k.clone()).collect();
+        // Candidate upstream instances per mapped input, with the keys they contribute.
+        let mut mapped: BTreeMap<&str, (Vec<usize>, BTreeSet<String>)> = BTreeMap::new();
+        let mut ok = true;
+        for (iname, input) in &s.inputs {
+            let InputKind::Ref {
+                stage,
+                selector,
+                output,
+            } = &input.kind
+            else {
+                continue;
+            };
+            let ui = index[stage.as_str()];
+            let up = &p.stages[ui];
+            if !up.outputs.contains_key(output) {
+                let known: Vec<_> = up.outputs.keys().cloned().collect();
+                errors.push(
+                    p.source
+                        .error(
+                            Some(input.span.clone()),
+                            format!("stage `{stage}` has no output `{output}`"),
+                        )
+                        .with_help(format!("its outputs: {}", known.join(", "))),
+                );
+                ok = false;
+                continue;
+            }
+            match selector {
+                Selector::All => {}
+                Selector::Map => {
+                    keys.extend(keys_of[ui].iter().cloned());
+                    mapped.insert(iname, (by_stage[ui].clone(), keys_of[ui].clone()));
+                }
+                Selector::Select(sel) => {
+                    for k in sel.keys() {
+                        if !keys_of[ui].contains(k) {
+                            errors.push(p.source.error(
+                                Some(input.span.clone()),
+                                format!(
+                                    "stage `{stage}` has no matrix key `{k}` (keys: {})",
+                                    join_keys(&keys_of[ui])
+                                ),
+                            ));
+                            ok = false;
+                        }
+                    }
+                    let picked: Vec<usize> = by_stage[ui]
+                        .iter()
+                        .copied()
+                        .filter(|&u| {
+                            sel.iter().all(|(k, v)| {
+                                instances[u].matrix.get(k).map(value_text).as_deref()
+                                    == Some(v.as_str())
+                            })
+                        })
+                        .collect();
+                    if ok && picked.is_empty() {
+                        errors.push(p.source.error(
+                            Some(input.span.clone()),
+                            format!("no instance of `{stage}` matches the selector"),
+                        ));
+                        ok = false;
+                    }
+                    let rest: BTreeSet<String> = keys_of[ui]
+                        .iter()
+                        .filter(|k| !sel.contains_key(*k))
+                        .cloned()
+                        .collect();
+                    keys.extend(rest.iter().cloned());
+                    mapped.insert(iname, (picked, rest));
+                }
+            }
+        }
+        if !ok {
+            continue;
+        }
+        for (cands, ukeys) in mapped.values() {
+            let mut next = Vec::new();
+            for a in &assigns {
+                for &u in cands {
+                    let um = &instances[u].matrix;
+                    if ukeys
+                        .iter()
+                        .all(|k| a.get(k).is_none_or(|v| Some(v) == um.get(k)))
+                    {
+                        let mut m = a.clone();
+                        for k in ukeys {
+                            m.insert(k.clone(), um[k].clone());
+                        }
+                        if !next.contains(&m) {
+                            next.push(m);
+                        }
+                    }
+                }
+            }
+            assigns = next;
+        }
+        if assigns.is_empty() {
+            errors.push(p.source.error(
+                Some(s.name_span.clone()),
+                format!("stage `{}` has no instances: its matrix and its mapped inputs share keys with no common values", s.name),
+            ));
+            continue;
+        }
+        keys_of[si] = keys.clone();
+        if let Err(mut e) = check_templates(p, s, &keys) {
+            errors.append(&mut e);
+            continue;
+        }
+
+        for m in assigns {
+            let id = instances.len();
+            let mut inputs = BTreeMap::new();
+            let mut deps = BTreeSet::new();
+            for (iname, input) in &s.inputs {
+                let b = match &input.kind {
+                    InputKind::Path(rel) => BoundInput::Path {
+                        rel: rel.clone(),
+                        abs: p.root.join(rel),
+                    },
+                    InputKind::Ref {
+                        stage,
+                        selector: Selector::All,
+                        output,
+                    } => {
+                        let members = by_stage[index[stage.as_str()]].clone();
+                        deps.extend(members.iter().copied());
+                        BoundInput::Gather {
+                            members,
+                            output: output.clone(),
+                        }
+                    }
+                    InputKind::Ref { output, .. } => {
+                        let (cands, ukeys) = &mapped[iname.as_str()];
+                        let from = cands
+                            .iter()
+                            .copied()
+                            .find(|&u| ukeys.iter().all(|k| instances[u].matrix.get(k) == m.get(k)))
+                            .expect("joined assignment has a partner");
+                        deps.insert(from);
+                        BoundInput::One {
+                            from,
+                            output: output.clone(),
+                        }
+                    }
+                };
+                inputs.insert(iname.clone(), b);
+            }
+            let params = match resolve_params(p, s, &m) {
+                Ok(params) => params,
+                Err(d) => {
+                    errors.push(d);
+                    continue;
+                }
+            };
+            let image = match &s.container {
+                Some(c) => match c
+                    .image
+                    .render_plain(|path| lookup_scalar(path, &params, &m))
+                {
+                    Ok(img) if !img.trim().is_empty() => Some(img),
+                    Ok(_) => {
+                        errors.push(p.source.error(
+                            Some(s.name_span.clone()),
+                            format!("stage `{}`: image renders empty", s.name),
+                        ));
+                        continue;
+                    }
+                    Err(e) => {
+                        errors.push(p.source.error(
+                            Some(s.name_span.clone()),
+                            format!("stage `{}`: image: {}", s.name, e.message),
+                        ));
+                        continue;
+                    }
+                },
+                None => None,
+            };
+            instances.push(Instance {
+                id,
+                stage: si,
+                label: label(&s.name, &m),
+                matrix: m,
+                params,
+                inputs,
+                deps: deps.into_iter().collect(),
+                image,
+            });
+            by_stage[si].push(id);
+        }
+    }
+    if !errors.is_empty() {
+        return Err(Diagnostics(errors));
+    }
+
+    let mut graph = DiGraph::with_capacity(instances.len(), instances.len());
+    for i in 0..instances.len() {
+        graph.add_node(i);
+    }
+    for inst in &instances {
+        for &d in &inst.deps {
+            graph.add_edge(NodeIndex::new(d), NodeIndex::new(inst.id), ());
+        }
+    }
+    // Instances were created in stage-topological order, so ids are already a topological order.
+    let order = (0..instances.len()).collect();
+    Ok(Plan {
+        pipeline,
+        instances,
+        graph,
+        order,
+    })
+}
+
+fn join_keys(k: &BTreeSet<String>) -> String {
+    if k.is_empty() {
+        "none".into()
+    } else {
+        k.iter().cloned().collect::<Vec<_>>().join(", ")
+    }
+}
+
+fn lookup_scalar(
+    path: &[String],
+    params: &BTreeMap<String, Value>,
+    m: &Matrix,
+) -> Result<Rendered, String> {
+    match path {
+        [ns, k] if ns == "params" => params
+            .get(k)
+            .map(|v| Rendered::One(value_text(v)))
+            .ok_or_else(|| format!("unknown param `{k}`")),
+        [ns, k] if ns == "matrix" => m
+            .get(k)
+            .map(|v| Rendered::One(value_text(v)))
+            .ok_or_else(|| format!("unknown matrix key `{k}`")),
+        _ => Err(format!("unknown variable `{}`", path.join("."))),
+    }
+}
+
+fn resolve_params(
+    p: &Pipeline,
+    s: &Stage,
+    m: &Matrix,
+) -> Result<BTreeMap<String, Value>, Diagnostic> {
+    let Some(def) = &s.def else {
+        // Inline: only the pipeline params the command names.
+        let mut used = BTreeMap::new();
+        for t in s.run.templates() {
+            for (path, _) in t.vars() {
+                if let [ns, k] = path {
+                    if ns == "params" {
+                        if let Some(v) = p.params.get(k) {
+                            used.insert(k.clone(), v.clone());
+                        }
+                    }
+                }
+            }
+        }
+        return Ok(used);
+    };
+    let mut out = BTreeMap::new();
+    for (name, pd) in &def.params {
+        if let Some(d) = &pd.default {
+            out.insert(name.clone(), d.clone());
+        }
+    }
+    for (name, (wv, span)) in &s.with {
+        let v = match wv {
+            WithValue::Literal(v) => v.clone(),
+            WithValue::Template(t) => {
+                let text = t
+                    .render_plain(|path| lookup_scalar(path, &p.params, m))
+                    .map_err(|e| {
+                        p.source
+                            .error(Some(span.clone()), format!("`with.{name}`: {}", e.message))
+                    })?;
+                check_param(&def.params[name], Value::String(text.clone())).map_err(|msg| {
+                    p.source.error(
+                        Some(span.clone()),
+                        format!(
+                            "param `{name}` of `{}` renders to \"{text}\" for {}: {msg}",
+                            def.uses,
+                            label(&s.name, m)
+                        ),
+                    )
+                })?
+            }
+        };
+        out.insert(name.clone(), v);
+    }
+    Ok(out)
+}
+
+/// Every `{{ var }}` in `run` must name something this stage has.
+fn check_templates(
+    p: &Pipeline,
+    s: &Stage,
+    keys: &BTreeSet<String>,
+) -> Result<(), Vec<Diagnostic>> {
+    let mut errs = Vec::new();
+    let params: Vec<String> = match &s.def {
+        Some(d) => d.params.keys().cloned().collect(),
+        None => p.params.keys().cloned().collect(),
+    };
+    let gathered = |n: &str| {
+        matches!(
+            s.inputs.get(n).map(|i| &i.kind),
+            Some(InputKind::Ref {
+                selector: Selector::All,
+                ..
+            })
+        )
+    };
+    let declared_inputs: Vec<String> = match &s.def {
+        Some(d) => d.inputs.keys().cloned().collect(),
+        None => s.inputs.keys().cloned().collect(),
+    };
+    let shell = matches!(s.run, RunTemplate::Shell(_));
+    for t in s.run.templates() {
+        for (path, off) in t.vars() {
+            let problem = match path {
+                [ns, k] if ns == "params" => (!params.contains(k))
+                    .then(|| format!("unknown param `{k}` (params: {})", list(&params))),
+                [ns, k] if ns == "matrix" => (!keys.contains(k)).then(|| {
+                    format!(
+                        "unknown matrix key `{k}` (keys of `{}`: {})",
+                        s.name,
+                        join_keys(keys)
+                    )
+                }),
+                [ns, k] if ns == "in" => (!declared_inputs.contains(k))
+                    .then(|| format!("unknown input `{k}` (inputs: {})", list(&declared_inputs))),
+                [ns, k, d] if ns == "in" && d == "dir" => {
+                    if !declared_inputs.contains(k) {
+                        Some(format!("unknown input `{k}`"))
+                    } else if !gathered(k) && s.inputs.contains_key(k) {
+                        Some(format!(
+                            "`in.{k}.dir` is only for gathered inputs (`stage[*].out`)"
+                        ))
+                    } else {
+                        None
+                    }
+                }
+                [ns, k] if ns == "out" => (!s.outputs.contains_key(k)).then(|| {
+                    let o: Vec<String> = s.outputs.keys().cloned().collect();
+                    format!("unknown output `{k}` (outputs: {})", list(&o))
+                }),
+                [ns, d] if ns == "stage" && d == "dir" => s
+                    .def
+                    .is_none()
+                    .then(|| "`stage.dir` needs a `uses` definition".to_string()),
+                [ns] if ns == "instance" => None,
+                _ => Some(format!("unknown variable `{}`", path.join("."))),
+            };
+            if let Some(msg) = problem {
+                let span = if shell {
+                    s.run_span.start + 1 + off..s.run_span.start + 1 + off + 2
+                } else {
+                    s.run_span.clone()
+                };
+                errs.push(
+                    s.run_source
+                        .error(Some(span), format!("stage `{}`: {msg}", s.name))
+                        .with_help("variables: params.NAME, matrix.KEY, in.NAME, in.NAME.dir, out.NAME, stage.dir, instance"),
+                );
+            }
+        }
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(errs)
+    }
+}
+
+fn list(v: &[String]) -> String {
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+fn cycle_error(p: &Pipeline, g: &DiGraph<usize, ()>, index: &BTreeMap<&str, usize>) -> Diagnostic {
+    let scc = tarjan_scc(g)
+        .into_iter()
+        .find(|c| c.len() > 1 || g.contains_edge(c[0], c[0]))
+        .expect("toposort failed, so a cycle exists");
+    let members: BTreeSet<NodeIndex> = scc.iter().copied().collect();
+    // Walk the cycle: from the first member, follow edges that stay in the component.
+    let start = *members.iter().next().unwrap();
+    let mut path = vec![start];
+    let mut cur = start;
+    loop {
+        let next = g
+            .neighbors(cur)
+            .filter(|n| members.contains(n))
+            .find(|n| *n == start || !path.contains(n))
+            .unwrap_or(start);
+        if next == start {
+            break;
+        }
+        path.push(next);
+        cur = next;
+    }
+    let names: Vec<&str> = path.iter().map(|n| p.stages[g[*n]].name.as_str()).collect();
+    let mut text = names.join(" → ");
+    text.push_str(" → ");
+    text.push_str(names[0]);
+    // Point at the input of the second stage that refers to the first.
+    let consumer = &p.stages[g[*path.get(1).unwrap_or(&start)]];
+    let span = consumer
+        .inputs
+        .values()
+        .find(|i| matches!(&i.kind, InputKind::Ref { stage, .. } if index[stage.as_str()] == g[start]))
+        .map(|i| i.span.clone())
+        .unwrap_or(consumer.name_span.clone());
+    p.source
+        .error(Some(span), format!("the stages form a cycle: {text}"))
+}
+
+/// The value a template variable renders to for scalar namespaces; `None` for paths.
+pub fn scalar(inst: &Instance, path: &[String]) -> Option<Rendered> {
+    match path {
+        [ns, k] if ns == "params" => inst.params.get(k).map(|v| Rendered::One(value_text(v))),
+        [ns, k] if ns == "matrix" => inst.matrix.get(k).map(|v| Rendered::One(value_text(v))),
+        [ns] if ns == "instance" => Some(Rendered::One(inst.label.clone())),
+        _ => None,
+    }
+}
+
+/// Whether a template mentions a variable (used to avoid needless work).
+pub fn mentions(t: &Template, ns: &str) -> bool {
+    t.vars()
+        .any(|(p, _)| p.first().map(String::as_str) == Some(ns))
+}

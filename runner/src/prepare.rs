@@ -1,0 +1,143 @@
+//! Everything resolved between planning and running: digests of `uses` folders and repo inputs
+//! (through the stat cache, so unchanged files are not read), python envs, and each image
+//! reference's id. Problems here — no engine, a missing image, an env that will not build — stop
+//! the run before any stage starts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use heddle_cache::{StatCache, Store};
+use heddle_containers::{ContainerError, Engine, PullPolicy};
+
+use crate::exec::docker::DockerExecutor;
+use crate::exec::host::HostExecutor;
+use crate::exec::Executor;
+use crate::plan::{BoundInput, Plan};
+use crate::pyenv::{self, EnvError};
+use crate::sched::{definition_digests, Context};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error("{0}")]
+    Container(#[from] ContainerError),
+    #[error("{0}")]
+    Env(#[from] EnvError),
+    #[error("failed to hash {what}: {detail}")]
+    Hash { what: String, detail: String },
+}
+
+pub struct PrepareOptions {
+    /// Build missing python envs (run) or leave them unresolved (plan).
+    pub provision_envs: bool,
+    /// Connect to the engine and resolve images (needed for keys of container stages).
+    pub resolve_images: bool,
+}
+
+pub async fn prepare(
+    plan: Arc<Plan>,
+    store: Arc<Store>,
+    stats: Arc<StatCache>,
+    opts: PrepareOptions,
+    log: &(dyn Fn(&str) + Sync),
+) -> Result<Context, PrepareError> {
+    let p = &plan.pipeline;
+    let mut definitions = BTreeMap::new();
+    for s in &p.stages {
+        if let Some(d) = &s.def {
+            if !definitions.contains_key(&d.uses) {
+                let files =
+                    definition_digests(&stats, &d.dir).map_err(|detail| PrepareError::Hash {
+                        what: format!("stage definition {}", d.dir.display()),
+                        detail,
+                    })?;
+                definitions.insert(d.uses.clone(), files);
+            }
+        }
+    }
+    let mut repo_inputs = BTreeMap::new();
+    for inst in &plan.instances {
+        for b in inst.inputs.values() {
+            if let BoundInput::Path { rel, abs } = b {
+                if repo_inputs.contains_key(rel) {
+                    continue;
+                }
+                let d = if abs.is_dir() {
+                    stats.hash_dir(abs)
+                } else {
+                    stats.hash(abs)
+                };
+                let d = d.map_err(|e| PrepareError::Hash {
+                    what: abs.display().to_string(),
+                    detail: e.to_string(),
+                })?;
+                repo_inputs.insert(rel.clone(), d);
+            }
+        }
+    }
+
+    let used_envs: BTreeSet<&String> = p.stages.iter().filter_map(|s| s.env.as_ref()).collect();
+    let mut envs = BTreeMap::new();
+    for name in used_envs {
+        let def = &p.envs[name];
+        let info = if opts.provision_envs {
+            let (store, def) = (store.clone(), def.clone());
+            let found = pyenv::lookup(&store, &def)?;
+            match found {
+                Some(i) => Some(i),
+                None => {
+                    log(&format!(
+                        "provisioning python env `{}` (once per requirements content)",
+                        def.name
+                    ));
+                    Some(
+                        tokio::task::spawn_blocking(move || {
+                            pyenv::provision(&store, &def, &|_| {})
+                        })
+                        .await
+                        .expect("env task")?,
+                    )
+                }
+            }
+        } else {
+            pyenv::lookup(&store, def)?
+        };
+        if let Some(i) = info {
+            envs.insert(name.clone(), i);
+        }
+    }
+
+    let mut images = BTreeMap::new();
+    let mut docker = None;
+    let wanted: BTreeSet<(Option<String>, String, String)> = plan
+        .instances
+        .iter()
+        .filter_map(|i| {
+            let c = p.stages[i.stage].container.as_ref()?;
+            Some((c.docker_host.clone(), i.image.clone()?, c.pull.clone()))
+        })
+        .collect();
+    if opts.resolve_images && !wanted.is_empty() {
+        let mut engines: BTreeMap<Option<String>, Engine> = BTreeMap::new();
+        for (host, image, pull) in &wanted {
+            if !engines.contains_key(host) {
+                engines.insert(host.clone(), Engine::connect(host.as_deref()).await?);
+            }
+            let policy: PullPolicy = pull.parse().unwrap_or_default();
+            let id = engines[host].resolve_image(image, policy).await?;
+            images.insert(image.clone(), id);
+        }
+        docker = Some(Arc::new(DockerExecutor { engines }) as Arc<dyn Executor>);
+    }
+
+    Ok(Context {
+        plan,
+        store,
+        stats,
+        definitions,
+        repo_inputs,
+        envs,
+        images,
+        host: Arc::new(HostExecutor),
+        docker,
+    })
+}

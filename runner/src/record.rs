@@ -1,0 +1,228 @@
+//! Run records: one JSON file per run under `<root>/.heddle/runs/`, naming every instance's
+//! status, cache key, the reason it ran, durations, input and output hashes and environment.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use heddle_cache::OutputEntry;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Failed,
+    Skipped,
+}
+
+/// What a downstream stage (and a user) learns about how an instance ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusRecord {
+    pub label: String,
+    pub status: Status,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+    /// `AttributeError`, `Timeout`, `OutOfMemory`, `Interrupted`, `ExitCode`, …
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_class: Option<String>,
+    /// One line: `AttributeError: 'function' object has no attribute …`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr_tail: Option<String>,
+    /// For a skipped instance: the failure upstream that skipped it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
+    /// The failure was allowed (`allow_failure`), or the skip stems from an allowed failure.
+    #[serde(default)]
+    pub tolerated: bool,
+    #[serde(default)]
+    pub matrix: BTreeMap<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cause {
+    pub label: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InstanceRecord {
+    pub stage: String,
+    pub status: StatusRecord,
+    pub cached: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_key: Option<String>,
+    /// Why it ran (or `cached`).
+    pub reason: String,
+    pub duration_ms: u64,
+    /// Wall-clock start and end, milliseconds since the run started.
+    pub start_ms: u64,
+    pub end_ms: u64,
+    pub attempts: u32,
+    pub inputs: BTreeMap<String, Value>,
+    pub outputs: BTreeMap<String, OutputEntry>,
+    /// Where the outputs were materialised, relative to the project root.
+    pub output_paths: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env_identity: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logs: Option<[String; 2]>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    Completed,
+    Failed,
+    Interrupted,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub pipeline: String,
+    pub pipeline_file: String,
+    pub status: RunStatus,
+    pub started_unix_ms: u64,
+    pub duration_ms: u64,
+    pub heddle_version: String,
+    pub host: String,
+    pub params: BTreeMap<String, Value>,
+    pub jobs: usize,
+    /// Instance label → record, in plan order.
+    pub instances: Vec<(String, InstanceRecord)>,
+}
+
+impl RunRecord {
+    pub fn counts(&self) -> (usize, usize, usize, usize) {
+        let mut c = (0, 0, 0, 0);
+        for (_, r) in &self.instances {
+            match r.status.status {
+                Status::Ok if r.cached => c.1 += 1,
+                Status::Ok => c.0 += 1,
+                Status::Failed => c.2 += 1,
+                Status::Skipped => c.3 += 1,
+            }
+        }
+        c
+    }
+}
+
+pub fn runs_dir(root: &Path) -> PathBuf {
+    root.join(".heddle").join("runs")
+}
+
+pub fn save(root: &Path, rec: &RunRecord) -> std::io::Result<PathBuf> {
+    let dir = runs_dir(root);
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{}.json", rec.run_id));
+    let tmp = dir.join(format!(".{}.json.tmp", rec.run_id));
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec_pretty(rec).expect("record serialises"),
+    )?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(path)
+}
+
+/// Run ids, oldest first (ids sort by time).
+pub fn list(root: &Path) -> Vec<String> {
+    let mut ids: Vec<String> = std::fs::read_dir(runs_dir(root))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.strip_suffix(".json")
+                .filter(|s| !s.starts_with('.'))
+                .map(str::to_string)
+        })
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Load a run by id, unique id prefix, or `last`.
+pub fn load(root: &Path, id: &str) -> Result<RunRecord, String> {
+    let ids = list(root);
+    let pick = if id == "last" || id.is_empty() {
+        ids.last().cloned()
+    } else if ids.iter().any(|i| i == id) {
+        Some(id.to_string())
+    } else {
+        let m: Vec<_> = ids.iter().filter(|i| i.starts_with(id)).collect();
+        match m.len() {
+            1 => Some(m[0].clone()),
+            0 => None,
+            _ => {
+                return Err(format!(
+                    "run id `{id}` is ambiguous: {}",
+                    m.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                ))
+            }
+        }
+    };
+    let Some(pick) = pick else {
+        return Err(if ids.is_empty() {
+            format!("no runs recorded under {}", runs_dir(root).display())
+        } else {
+            format!("no run `{id}` under {}", runs_dir(root).display())
+        });
+    };
+    let path = runs_dir(root).join(format!("{pick}.json"));
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("failed to read {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("failed to parse {}: {e}", path.display()))
+}
+
+pub fn new_run_id() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = now.as_secs() as i64;
+    let (y, mo, d, h, mi, s) = civil(secs);
+    let rand = (now.subsec_nanos() ^ std::process::id().wrapping_mul(2654435761)) & 0xffff;
+    format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}-{rand:04x}")
+}
+
+/// UTC calendar fields of a unix time (Howard Hinnant's days-from-civil inverse).
+pub fn civil(secs: i64) -> (i64, u32, u32, u32, u32, u32) {
+    let days = secs.div_euclid(86400);
+    let rem = secs.rem_euclid(86400);
+    let z = days + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = if m <= 2 { y + 1 } else { y };
+    (
+        y,
+        m,
+        d,
+        (rem / 3600) as u32,
+        ((rem % 3600) / 60) as u32,
+        (rem % 60) as u32,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil(0), (1970, 1, 1, 0, 0, 0));
+        assert_eq!(civil(1_796_212_800), (2026, 12, 2, 12, 0, 0));
+    }
+}

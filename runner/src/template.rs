@@ -1,0 +1,201 @@
+//! `{{ ns.name }}` templates in `run` and `with`. Parsed once at load (so an unknown variable is a
+//! load-time error with a position), rendered per instance and per executor (host paths or
+//! container paths).
+
+use std::borrow::Cow;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Segment {
+    Lit(String),
+    /// A variable path such as `["in", "calib", "dir"]`, with the byte offset of its `{{`.
+    Var {
+        path: Vec<String>,
+        offset: usize,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Template {
+    pub segments: Vec<Segment>,
+}
+
+/// What a variable renders to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Rendered {
+    One(String),
+    /// A gathered input: one path per member.
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TemplateError {
+    /// Byte offset inside the template text.
+    pub offset: usize,
+    pub message: String,
+}
+
+impl Template {
+    pub fn parse(text: &str) -> Result<Template, TemplateError> {
+        let mut segments = Vec::new();
+        let mut rest = text;
+        let mut base = 0;
+        while let Some(start) = rest.find("{{") {
+            if start > 0 {
+                segments.push(Segment::Lit(rest[..start].to_string()));
+            }
+            let after = &rest[start + 2..];
+            let end = after.find("}}").ok_or_else(|| TemplateError {
+                offset: base + start,
+                message: "unclosed `{{` in template".into(),
+            })?;
+            let expr = after[..end].trim();
+            let valid = !expr.is_empty()
+                && expr.split('.').all(|p| {
+                    !p.is_empty()
+                        && p.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                });
+            if !valid {
+                return Err(TemplateError {
+                    offset: base + start,
+                    message: format!("`{{{{ {expr} }}}}` is not a variable like `params.name`"),
+                });
+            }
+            segments.push(Segment::Var {
+                path: expr.split('.').map(str::to_string).collect(),
+                offset: base + start,
+            });
+            let consumed = start + 2 + end + 2;
+            base += consumed;
+            rest = &rest[consumed..];
+        }
+        if !rest.is_empty() {
+            segments.push(Segment::Lit(rest.to_string()));
+        }
+        Ok(Template { segments })
+    }
+
+    pub fn vars(&self) -> impl Iterator<Item = (&[String], usize)> {
+        self.segments.iter().filter_map(|s| match s {
+            Segment::Var { path, offset } => Some((path.as_slice(), *offset)),
+            Segment::Lit(_) => None,
+        })
+    }
+
+    pub fn is_literal(&self) -> bool {
+        self.vars().next().is_none()
+    }
+
+    /// Render for a shell: every variable's value is shell-quoted, gathered lists become
+    /// space-separated quoted words.
+    pub fn render_shell<F>(&self, mut lookup: F) -> Result<String, TemplateError>
+    where
+        F: FnMut(&[String]) -> Result<Rendered, String>,
+    {
+        let mut out = String::new();
+        for seg in &self.segments {
+            match seg {
+                Segment::Lit(s) => out.push_str(s),
+                Segment::Var { path, offset } => {
+                    match lookup(path).map_err(|message| TemplateError {
+                        offset: *offset,
+                        message,
+                    })? {
+                        Rendered::One(v) => out.push_str(&quote(&v)),
+                        Rendered::Many(vs) => {
+                            let q: Vec<Cow<str>> = vs.iter().map(|v| quote(v)).collect();
+                            out.push_str(&q.join(" "));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Render one exec-form argument: raw values. An argument that is exactly one gathered
+    /// variable expands to one argument per member.
+    pub fn render_args<F>(&self, mut lookup: F) -> Result<Vec<String>, TemplateError>
+    where
+        F: FnMut(&[String]) -> Result<Rendered, String>,
+    {
+        if let [Segment::Var { path, offset }] = self.segments.as_slice() {
+            return match lookup(path).map_err(|message| TemplateError {
+                offset: *offset,
+                message,
+            })? {
+                Rendered::One(v) => Ok(vec![v]),
+                Rendered::Many(vs) => Ok(vs),
+            };
+        }
+        self.render_plain(lookup).map(|s| vec![s])
+    }
+
+    /// Render without quoting (for `with` values); lists join with spaces.
+    pub fn render_plain<F>(&self, mut lookup: F) -> Result<String, TemplateError>
+    where
+        F: FnMut(&[String]) -> Result<Rendered, String>,
+    {
+        let mut out = String::new();
+        for seg in &self.segments {
+            match seg {
+                Segment::Lit(s) => out.push_str(s),
+                Segment::Var { path, offset } => {
+                    match lookup(path).map_err(|message| TemplateError {
+                        offset: *offset,
+                        message,
+                    })? {
+                        Rendered::One(v) => out.push_str(&v),
+                        Rendered::Many(vs) => out.push_str(&vs.join(" ")),
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn quote(s: &str) -> Cow<'_, str> {
+    shell_words::quote(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lk(path: &[String]) -> Result<Rendered, String> {
+        match path.join(".").as_str() {
+            "params.greeting" => Ok(Rendered::One("hello".into())),
+            "out.text" => Ok(Rendered::One("/tmp/a b/greeting.txt".into())),
+            "in.all" => Ok(Rendered::Many(vec!["/x/1".into(), "/x/2 b".into()])),
+            other => Err(format!("unknown variable `{other}`")),
+        }
+    }
+
+    #[test]
+    fn shell_quotes_paths_with_spaces() {
+        let t = Template::parse("echo {{ params.greeting }} > {{out.text}}").unwrap();
+        assert_eq!(
+            t.render_shell(lk).unwrap(),
+            "echo hello > '/tmp/a b/greeting.txt'"
+        );
+    }
+
+    #[test]
+    fn gathered_lists_expand() {
+        let t = Template::parse("cat {{ in.all }}").unwrap();
+        assert_eq!(t.render_shell(lk).unwrap(), "cat /x/1 '/x/2 b'");
+        let a = Template::parse("{{ in.all }}").unwrap();
+        assert_eq!(a.render_args(lk).unwrap(), vec!["/x/1", "/x/2 b"]);
+    }
+
+    #[test]
+    fn errors_carry_offsets() {
+        let t = Template::parse("echo {{ nope.x }}").unwrap();
+        let e = t.render_shell(lk).unwrap_err();
+        assert_eq!(e.offset, 5);
+        let e = Template::parse("echo {{ x").unwrap_err();
+        assert_eq!(e.offset, 5);
+        assert!(Template::parse("{{ a b }}").is_err());
+    }
+}
