@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""hailo/infer — the MeZO probe's SDK_HAILO_HW context: same maths, same plan and output JSON as mezo/probe, with the
+frozen base evaluated on the Hailo device through HailoRT's InferModel API (hailo_context.py). The float reference
+is NUMPY_FLOAT (the author's weights in numpy), since the device host need not have the DFC.
+
+The MeZO code is mezo/probe's (mezo.py, probe.py), read from ../../mezo/probe relative to this folder: this stage
+runs on the host that holds the device (host executor; the folder is not mounted into a container) and has
+cache = false, so that cross-folder read never enters a cache key. Documented API; untested on real hardware.
+"""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROBE = os.path.normpath(os.path.join(HERE, "..", "..", "mezo", "probe"))
+for p in (HERE, PROBE):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import argparse  # noqa: E402
+import traceback  # noqa: E402
+
+import probe  # noqa: E402
+from hailo_context import HailoContext  # noqa: E402
+from mezo import NumpyFloatContext  # noqa: E402
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hef", required=True)
+    ap.add_argument("--weights", required=True)
+    ap.add_argument("--timeout-ms", type=int, default=10000)
+    probe.common_args(ap)
+    a = ap.parse_args(argv)
+    try:
+        probe.run_probe(a, lambda: HailoContext(a.hef, a.timeout_ms), lambda: NumpyFloatContext(a.weights),
+                        {"backend": "hailo"})
+    except Exception as e:
+        probe.record_error(e)
+        traceback.print_exc()
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
