@@ -1,0 +1,689 @@
+//! Argument parsing and the commands. Holds no engine logic: each command loads, plans and
+//! prepares through `heddle-runner` and prints what comes back.
+
+use std::collections::{BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use heddle_cache::{Digest, StatCache, Store};
+use heddle_runner::model::{self, LoadError, LoadOptions};
+use heddle_runner::plan::{self, Plan};
+use heddle_runner::prepare::{prepare, PrepareError, PrepareOptions};
+use heddle_runner::record::{self, RunStatus, Status};
+use heddle_runner::sched::{self, RunOptions};
+
+use crate::report::{self, secs, ProgressMode};
+
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_STAGE_FAILED: i32 = 1;
+pub const EXIT_INVALID: i32 = 2;
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "heddle",
+    version,
+    about = "Declarative TOML pipelines, content-addressed and reproducible"
+)]
+struct Cli {
+    /// Cache directory (default: $XDG_CACHE_HOME/heddle or ~/.cache/heddle).
+    #[arg(long, global = true, env = "HEDDLE_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Project root (default: the nearest folder above the pipeline with stages/, .heddle/ or .git).
+    #[arg(long, global = true)]
+    root: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct PipelineArgs {
+    /// The pipeline file (default: ./heddle.toml, or the only file in ./pipelines/).
+    pipeline: Option<PathBuf>,
+    /// Override a param: --set name=value (repeatable).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    set: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run a pipeline: every instance whose inputs changed, the rest from the cache.
+    Run {
+        #[command(flatten)]
+        p: PipelineArgs,
+        /// Instances executing at once.
+        #[arg(long, short = 'j', default_value_t = default_jobs())]
+        jobs: usize,
+        /// Finish independent branches after a failure.
+        #[arg(long)]
+        keep_going: bool,
+        /// Run this stage's instances even when cached (repeatable).
+        #[arg(long, value_name = "STAGE")]
+        force: Vec<String>,
+        /// Ignore the cache for every stage (results are still stored).
+        #[arg(long)]
+        no_cache: bool,
+        #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
+        progress: ProgressMode,
+    },
+    /// Say, per instance, whether it is cached or why it must run.
+    Plan {
+        #[command(flatten)]
+        p: PipelineArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the instance graph.
+    Dag {
+        #[command(flatten)]
+        p: PipelineArgs,
+        #[arg(long, value_enum, default_value_t = DagFormat::Text)]
+        format: DagFormat,
+    },
+    /// List recorded runs.
+    Runs {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one run (an id, a unique prefix, or `last`).
+    Show {
+        #[arg(default_value = "last")]
+        run: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inspect and maintain the cache.
+    Cache {
+        #[command(subcommand)]
+        cmd: CacheCmd,
+    },
+    /// Remove containers a crashed run left behind.
+    Gc {
+        /// Remove every container labelled heddle.managed=true.
+        #[arg(long)]
+        containers: bool,
+        /// Docker host (default: DOCKER_HOST or the local socket).
+        #[arg(long)]
+        docker_host: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum CacheCmd {
+    /// Space used, per pipeline stage.
+    Du,
+    /// Evict what recent runs do not reference, cheapest to recompute per byte first.
+    Gc {
+        /// Evict until the store is at most this size (e.g. 20G); default: evict everything unreferenced.
+        #[arg(long)]
+        max_size: Option<String>,
+        /// How many recent runs of this project to keep.
+        #[arg(long, default_value_t = 10)]
+        keep_runs: usize,
+    },
+    /// Re-hash every blob and report every bad entry.
+    Verify,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DagFormat {
+    Text,
+    Dot,
+}
+
+fn default_jobs() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+}
+
+/// A failure the binary reports: a headline and an exit code.
+struct Fail {
+    code: i32,
+    msg: String,
+}
+
+impl Fail {
+    fn invalid(msg: impl Into<String>) -> Fail {
+        Fail {
+            code: EXIT_INVALID,
+            msg: msg.into(),
+        }
+    }
+}
+
+impl From<LoadError> for Fail {
+    fn from(e: LoadError) -> Self {
+        match e {
+            LoadError::Invalid(d) => Fail::invalid(d.to_string()),
+            LoadError::Read { path, source } => Fail::invalid(format!(
+                "error: cannot read pipeline {}: {source}",
+                path.display()
+            )),
+            LoadError::Usage(m) => Fail::invalid(format!("error: {m}")),
+        }
+    }
+}
+
+impl From<PrepareError> for Fail {
+    fn from(e: PrepareError) -> Self {
+        Fail::invalid(format!("error: {e}"))
+    }
+}
+
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() {
+                EXIT_INVALID
+            } else {
+                EXIT_OK
+            };
+            let _ = e.print();
+            return code;
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("HEDDLE_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match rt.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("{}", f.msg);
+            f.code
+        }
+    }
+}
+
+fn cache_dir(cli: &Cli) -> PathBuf {
+    if let Some(d) = &cli.cache_dir {
+        return d.clone();
+    }
+    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|x| !x.is_empty()) {
+        return PathBuf::from(x).join("heddle");
+    }
+    if cfg!(windows) {
+        if let Some(l) = std::env::var_os("LOCALAPPDATA") {
+            return PathBuf::from(l).join("heddle");
+        }
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => PathBuf::from(h).join(".cache").join("heddle"),
+        None => PathBuf::from(".heddle-cache"),
+    }
+}
+
+fn open_store(cli: &Cli) -> Result<Arc<Store>, Fail> {
+    let dir = cache_dir(cli);
+    Store::open(&dir).map(Arc::new).map_err(|e| {
+        Fail::invalid(format!(
+            "error: cannot open the cache at {}: {e}",
+            dir.display()
+        ))
+    })
+}
+
+fn find_pipeline(given: &Option<PathBuf>) -> Result<PathBuf, Fail> {
+    if let Some(p) = given {
+        return Ok(p.clone());
+    }
+    if Path::new("heddle.toml").is_file() {
+        return Ok("heddle.toml".into());
+    }
+    let found: Vec<PathBuf> = std::fs::read_dir("pipelines")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    match found.len() {
+        1 => Ok(found[0].clone()),
+        0 => Err(Fail::invalid(
+            "error: no pipeline given, and neither ./heddle.toml nor ./pipelines/*.toml exists",
+        )),
+        _ => {
+            let mut names: Vec<String> = found.iter().map(|p| p.display().to_string()).collect();
+            names.sort();
+            Err(Fail::invalid(format!(
+                "error: several pipelines; name one of: {}",
+                names.join(", ")
+            )))
+        }
+    }
+}
+
+fn load_plan(cli: &Cli, p: &PipelineArgs) -> Result<Plan, Fail> {
+    let file = find_pipeline(&p.pipeline)?;
+    let mut overrides = Vec::new();
+    for s in &p.set {
+        let (k, v) = s
+            .split_once('=')
+            .ok_or_else(|| Fail::invalid(format!("error: --set {s}: expected NAME=VALUE")))?;
+        overrides.push((k.trim().to_string(), v.to_string()));
+    }
+    let pipeline = model::load(
+        &file,
+        &LoadOptions {
+            overrides,
+            root: cli.root.clone(),
+        },
+    )?;
+    plan::build(Arc::new(pipeline)).map_err(|d| Fail::invalid(d.to_string()))
+}
+
+fn stat_cache(plan: &Plan) -> Arc<StatCache> {
+    Arc::new(StatCache::load(
+        &plan.pipeline.root.join(".heddle").join("stat-cache"),
+    ))
+}
+
+async fn dispatch(cli: Cli) -> Result<i32, Fail> {
+    match &cli.cmd {
+        Cmd::Run {
+            p,
+            jobs,
+            keep_going,
+            force,
+            no_cache,
+            progress,
+        } => {
+            let plan = Arc::new(load_plan(&cli, p)?);
+            let known: BTreeSet<&str> = plan
+                .pipeline
+                .stages
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect();
+            for f in force {
+                if !known.contains(f.as_str()) {
+                    return Err(Fail::invalid(format!(
+                        "error: --force {f}: no such stage (stages: {})",
+                        known.iter().copied().collect::<Vec<_>>().join(", ")
+                    )));
+                }
+            }
+            let store = open_store(&cli)?;
+            let stats = stat_cache(&plan);
+            let quiet = *progress == ProgressMode::Quiet;
+            let log = move |m: &str| {
+                if !quiet {
+                    eprintln!("note    {m}");
+                }
+            };
+            let ctx = prepare(
+                plan.clone(),
+                store,
+                stats,
+                PrepareOptions {
+                    provision_envs: true,
+                    resolve_images: true,
+                },
+                &log,
+            )
+            .await?;
+            let run_id = record::new_run_id();
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let reporter = tokio::spawn(report::report(*progress, plan.instances.len(), rx));
+            let opts = RunOptions {
+                jobs: (*jobs).max(1),
+                keep_going: *keep_going,
+                force: force.iter().cloned().collect(),
+                no_cache: *no_cache,
+                run_id,
+            };
+            let rec = sched::run(ctx, opts, tx).await;
+            let _ = reporter.await;
+            let saved = record::save(&plan.pipeline.root, &rec);
+            let (ran, cached, failed, skipped) = rec.counts();
+            let out_dir = sched::output_dir(&plan, "");
+            eprintln!(
+                "{} {}: {} instances — {ran} ran, {cached} cached, {failed} failed, {skipped} skipped in {}",
+                match rec.status {
+                    RunStatus::Completed => "done",
+                    RunStatus::Failed => "FAILED",
+                    RunStatus::Interrupted => "INTERRUPTED",
+                },
+                rec.pipeline,
+                rec.instances.len(),
+                secs(rec.duration_ms)
+            );
+            eprintln!("outputs: {}", display_rel(&out_dir));
+            match saved {
+                Ok(path) => eprintln!("run {}: {}", rec.run_id, display_rel(&path)),
+                Err(e) => eprintln!("warning: failed to save the run record: {e}"),
+            }
+            for (label, r) in &rec.instances {
+                if r.status.status == Status::Failed {
+                    eprintln!(
+                        "  {label} FAILED {}",
+                        r.status.error.as_deref().unwrap_or("")
+                    );
+                    if let Some([_, err]) = &r.logs {
+                        eprintln!("    log: {}", display_rel(Path::new(err)));
+                    }
+                }
+            }
+            Ok(match rec.status {
+                RunStatus::Completed => EXIT_OK,
+                RunStatus::Failed => EXIT_STAGE_FAILED,
+                RunStatus::Interrupted => EXIT_INTERRUPTED,
+            })
+        }
+        Cmd::Plan { p, json } => {
+            let plan = Arc::new(load_plan(&cli, p)?);
+            let store = open_store(&cli)?;
+            let stats = stat_cache(&plan);
+            let ctx = prepare(
+                plan.clone(),
+                store,
+                stats.clone(),
+                PrepareOptions {
+                    provision_envs: false,
+                    resolve_images: true,
+                },
+                &|_| {},
+            )
+            .await?;
+            let rows = sched::preview(&ctx, &RunOptions::default());
+            let _ = stats.save();
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&rows).expect("json"));
+            } else {
+                let width = rows.iter().map(|r| r.label.len()).max().unwrap_or(0);
+                for r in &rows {
+                    if r.cached {
+                        println!("cached  {:width$}", r.label);
+                    } else {
+                        println!("run     {:width$}  {}", r.label, r.reason);
+                    }
+                }
+                let cached = rows.iter().filter(|r| r.cached).count();
+                println!(
+                    "{} instances: {cached} cached, {} to run",
+                    rows.len(),
+                    rows.len() - cached
+                );
+            }
+            Ok(EXIT_OK)
+        }
+        Cmd::Dag { p, format } => {
+            let plan = load_plan(&cli, p)?;
+            match format {
+                DagFormat::Text => {
+                    for inst in &plan.instances {
+                        if inst.deps.is_empty() {
+                            println!("{}", inst.label);
+                        } else {
+                            let deps: Vec<&str> = inst
+                                .deps
+                                .iter()
+                                .map(|d| plan.instances[*d].label.as_str())
+                                .collect();
+                            println!("{} <- {}", inst.label, deps.join(", "));
+                        }
+                    }
+                }
+                DagFormat::Dot => {
+                    println!("digraph \"{}\" {{", plan.pipeline.name);
+                    println!("  rankdir=LR;");
+                    for inst in &plan.instances {
+                        println!(
+                            "  n{} [label=\"{}\"];",
+                            inst.id,
+                            inst.label.replace('"', "\\\"")
+                        );
+                    }
+                    for e in plan.graph.edge_indices() {
+                        let (a, b) = plan.graph.edge_endpoints(e).expect("edge");
+                        println!("  n{} -> n{};", a.index(), b.index());
+                    }
+                    println!("}}");
+                }
+            }
+            Ok(EXIT_OK)
+        }
+        Cmd::Runs { json } => {
+            let root = project_root(&cli);
+            let ids = record::list(&root);
+            let mut rows = Vec::new();
+            for id in &ids {
+                if let Ok(r) = record::load(&root, id) {
+                    rows.push(r);
+                }
+            }
+            if *json {
+                let v: Vec<_> = rows
+                    .iter()
+                    .map(|r| {
+                        let (ran, cached, failed, skipped) = r.counts();
+                        serde_json::json!({"run_id": r.run_id, "pipeline": r.pipeline, "status": r.status, "duration_ms": r.duration_ms, "ran": ran, "cached": cached, "failed": failed, "skipped": skipped})
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+            } else if rows.is_empty() {
+                println!(
+                    "no runs recorded under {}",
+                    display_rel(&record::runs_dir(&root))
+                );
+            } else {
+                for r in &rows {
+                    let (ran, cached, failed, skipped) = r.counts();
+                    println!("{}  {:<11} {:<16} {:>7}  ran {ran} cached {cached} failed {failed} skipped {skipped}", r.run_id, format!("{:?}", r.status).to_lowercase(), r.pipeline, secs(r.duration_ms));
+                }
+            }
+            Ok(EXIT_OK)
+        }
+        Cmd::Show { run, json } => {
+            let root = project_root(&cli);
+            let r = record::load(&root, run).map_err(|e| Fail::invalid(format!("error: {e}")))?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&r).expect("json"));
+                return Ok(EXIT_OK);
+            }
+            let (ran, cached, failed, skipped) = r.counts();
+            println!(
+                "run {}  pipeline {}  {:?}  {}",
+                r.run_id,
+                r.pipeline,
+                r.status,
+                secs(r.duration_ms)
+            );
+            println!("ran {ran}, cached {cached}, failed {failed}, skipped {skipped}");
+            let width = r.instances.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
+            for (label, i) in &r.instances {
+                let state = match (i.status.status, i.cached) {
+                    (Status::Ok, true) => "cached".to_string(),
+                    (Status::Ok, false) => format!("ok {}", secs(i.duration_ms)),
+                    (Status::Failed, _) => {
+                        format!("FAILED {}", i.status.error.as_deref().unwrap_or(""))
+                    }
+                    (Status::Skipped, _) => format!(
+                        "skipped ({})",
+                        i.status
+                            .cause
+                            .as_ref()
+                            .map(|c| c.label.as_str())
+                            .unwrap_or("")
+                    ),
+                };
+                let why = if i.cached || i.status.status == Status::Skipped {
+                    String::new()
+                } else {
+                    format!("  [{}]", i.reason)
+                };
+                println!("  {label:width$}  {state}{why}");
+            }
+            Ok(EXIT_OK)
+        }
+        Cmd::Cache { cmd } => cache_cmd(&cli, cmd),
+        Cmd::Gc {
+            containers,
+            docker_host,
+        } => {
+            if !containers {
+                return Err(Fail::invalid("error: say what to collect: `heddle gc --containers` (for the cache: `heddle cache gc`)"));
+            }
+            let engine = heddle_containers::Engine::connect(docker_host.as_deref())
+                .await
+                .map_err(|e| Fail::invalid(format!("error: {e}")))?;
+            let n = engine
+                .remove_labelled(None)
+                .await
+                .map_err(|e| Fail::invalid(format!("error: {e}")))?;
+            println!(
+                "removed {n} heddle container{}",
+                if n == 1 { "" } else { "s" }
+            );
+            Ok(EXIT_OK)
+        }
+    }
+}
+
+fn project_root(cli: &Cli) -> PathBuf {
+    if let Some(r) = &cli.root {
+        return r.clone();
+    }
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let mut dir = Some(cwd.as_path());
+    while let Some(d) = dir {
+        if d.join(".heddle").is_dir() {
+            return d.to_path_buf();
+        }
+        dir = d.parent();
+    }
+    cwd
+}
+
+fn display_rel(p: &Path) -> String {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    p.strip_prefix(&cwd).unwrap_or(p).display().to_string()
+}
+
+fn cache_cmd(cli: &Cli, cmd: &CacheCmd) -> Result<i32, Fail> {
+    let store = open_store(cli)?;
+    let cache_err = |e: heddle_cache::CacheError| Fail {
+        code: EXIT_STAGE_FAILED,
+        msg: format!("error: {e}"),
+    };
+    match cmd {
+        CacheCmd::Du => {
+            let du = store.du().map_err(cache_err)?;
+            println!(
+                "{}: {} in {} blobs, {} actions",
+                store.root().display(),
+                human(du.blob_bytes),
+                du.blob_count,
+                du.action_count
+            );
+            for (fam, u) in &du.families {
+                println!(
+                    "  {fam:<40} {:>10}  {} actions",
+                    human(u.output_bytes),
+                    u.actions
+                );
+            }
+            Ok(EXIT_OK)
+        }
+        CacheCmd::Verify => {
+            let r = store.verify().map_err(cache_err)?;
+            println!(
+                "checked {} blobs ({}), {} actions",
+                r.blobs_checked,
+                human(r.bytes_checked),
+                r.actions_checked
+            );
+            if !r.tmp_removed.is_empty() {
+                println!("removed {} leftover temp files", r.tmp_removed.len());
+            }
+            for b in &r.bad {
+                println!("BAD {b:?}");
+            }
+            if r.is_clean() {
+                println!("cache is clean");
+                Ok(EXIT_OK)
+            } else {
+                println!(
+                    "{} bad entries (removed; they will be recomputed)",
+                    r.bad.len()
+                );
+                Ok(EXIT_STAGE_FAILED)
+            }
+        }
+        CacheCmd::Gc {
+            max_size,
+            keep_runs,
+        } => {
+            let max = match max_size {
+                Some(s) => Some(
+                    heddle_containers::parse_size(s)
+                        .map_err(|e| Fail::invalid(format!("error: --max-size {s}: {e}")))?,
+                ),
+                None => None,
+            };
+            let root = project_root(cli);
+            let mut keep: HashSet<Digest> = HashSet::new();
+            let ids = record::list(&root);
+            for id in ids.iter().rev().take(*keep_runs) {
+                if let Ok(r) = record::load(&root, id) {
+                    for (_, i) in &r.instances {
+                        if let Some(k) = i.cache_key.as_deref().and_then(|k| k.parse().ok()) {
+                            keep.insert(k);
+                        }
+                    }
+                }
+            }
+            for k in lock_keys(&root) {
+                keep.insert(k);
+            }
+            let r = store.gc(&keep, max).map_err(cache_err)?;
+            println!("kept {} referenced actions; evicted {} actions, removed {} blobs, freed {}; {} remain", keep.len(), r.evicted.len(), r.blobs_removed, human(r.bytes_freed), human(r.bytes_remaining));
+            Ok(EXIT_OK)
+        }
+    }
+}
+
+/// Cache keys named by lock files under `<root>/pipelines/*.lock`.
+fn lock_keys(root: &Path) -> Vec<Digest> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(root.join("pipelines"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if e.path().extension().is_some_and(|x| x == "lock") {
+            if let Ok(text) = std::fs::read_to_string(e.path()) {
+                for line in text.lines() {
+                    if let Some(rest) = line.trim().strip_prefix("cache_key = \"") {
+                        if let Some(k) = rest.strip_suffix('"').and_then(|k| k.parse().ok()) {
+                            out.push(k);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn human(b: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < U.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
+}

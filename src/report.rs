@@ -1,0 +1,166 @@
+//! The reporter owns the terminal: an indicatif bar for the run (done / cached / failed of
+//! total) with a line per running instance (elapsed time and its last log line), or plain
+//! line-per-event output when stdout is not a terminal or with `--progress plain`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use heddle_runner::record::Status;
+use heddle_runner::sched::Event;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProgressMode {
+    /// A bar on a terminal, plain lines otherwise.
+    Auto,
+    Bar,
+    Plain,
+    /// Nothing but the summary.
+    Quiet,
+}
+
+#[derive(Default, Debug, Clone, Copy)]
+pub struct Tally {
+    pub ran: usize,
+    pub cached: usize,
+    pub failed: usize,
+    pub skipped: usize,
+}
+
+pub async fn report(mode: ProgressMode, total: usize, mut rx: UnboundedReceiver<Event>) -> Tally {
+    let use_bar = match mode {
+        ProgressMode::Bar => true,
+        ProgressMode::Auto => std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        _ => false,
+    };
+    let mut tally = Tally::default();
+    if !use_bar {
+        let quiet = mode == ProgressMode::Quiet;
+        let mut err = std::io::stderr();
+        while let Some(ev) = rx.recv().await {
+            if quiet {
+                count(&mut tally, &ev);
+                continue;
+            }
+            match &ev {
+                Event::Started { label, reason, .. } => {
+                    let _ = writeln!(err, "run     {label}  ({reason})");
+                }
+                Event::Finished {
+                    label,
+                    status,
+                    cached,
+                    duration_ms,
+                    error,
+                    ..
+                } => {
+                    let _ = match (status, cached) {
+                        (Status::Ok, true) => writeln!(err, "cached  {label}"),
+                        (Status::Ok, false) => {
+                            writeln!(err, "ok      {label}  {}", secs(*duration_ms))
+                        }
+                        (Status::Failed, _) => {
+                            writeln!(err, "FAILED  {label}  {}", error.as_deref().unwrap_or(""))
+                        }
+                        (Status::Skipped, _) => {
+                            writeln!(err, "skip    {label}  {}", error.as_deref().unwrap_or(""))
+                        }
+                    };
+                }
+                Event::Message(m) => {
+                    let _ = writeln!(err, "note    {m}");
+                }
+                Event::Line { .. } => {}
+            }
+            count(&mut tally, &ev);
+        }
+        return tally;
+    }
+
+    let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(10));
+    let main = multi.add(ProgressBar::new(total as u64));
+    main.set_style(
+        ProgressStyle::with_template(
+            "{elapsed_precise:.dim} [{bar:30.cyan/blue}] {pos}/{len} {msg}",
+        )
+        .expect("template")
+        .progress_chars("=> "),
+    );
+    main.enable_steady_tick(Duration::from_millis(200));
+    let line_style =
+        ProgressStyle::with_template("  {spinner} {prefix:.bold} {elapsed:>4} {wide_msg:.dim}")
+            .expect("template");
+    let mut bars: BTreeMap<usize, (ProgressBar, Instant)> = BTreeMap::new();
+    while let Some(ev) = rx.recv().await {
+        match &ev {
+            Event::Started { id, label, .. } => {
+                let b = multi.add(ProgressBar::new_spinner());
+                b.set_style(line_style.clone());
+                b.set_prefix(label.clone());
+                b.enable_steady_tick(Duration::from_millis(200));
+                bars.insert(*id, (b, Instant::now()));
+            }
+            Event::Line { id, line } => {
+                if let Some((b, _)) = bars.get(id) {
+                    b.set_message(line.chars().take(160).collect::<String>());
+                }
+            }
+            Event::Finished {
+                id,
+                label,
+                status,
+                error,
+                ..
+            } => {
+                if let Some((b, _)) = bars.remove(id) {
+                    b.finish_and_clear();
+                    multi.remove(&b);
+                }
+                match status {
+                    Status::Failed => {
+                        let _ = multi.println(format!(
+                            "FAILED  {label}  {}",
+                            error.as_deref().unwrap_or("")
+                        ));
+                    }
+                    Status::Ok => {}
+                    Status::Skipped => {}
+                }
+                main.inc(1);
+            }
+            Event::Message(m) => {
+                let _ = multi.println(format!("note    {m}"));
+            }
+        }
+        count(&mut tally, &ev);
+        main.set_message(format!(
+            "ran {} · cached {} · failed {} · skipped {}",
+            tally.ran, tally.cached, tally.failed, tally.skipped
+        ));
+    }
+    main.finish_and_clear();
+    tally
+}
+
+fn count(t: &mut Tally, ev: &Event) {
+    if let Event::Finished { status, cached, .. } = ev {
+        match (status, cached) {
+            (Status::Ok, true) => t.cached += 1,
+            (Status::Ok, false) => t.ran += 1,
+            (Status::Failed, _) => t.failed += 1,
+            (Status::Skipped, _) => t.skipped += 1,
+        }
+    }
+}
+
+pub fn secs(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else {
+        format!("{}m{:02}s", ms / 60_000, (ms % 60_000) / 1000)
+    }
+}
