@@ -1,1 +1,66 @@
-//! heddle-cache
+//! heddle-cache owns bytes and keys: the [`Digest`] type and [`hash_file`], the local
+//! content-addressed store of blobs and directory trees ([`Store`]), the action cache that maps
+//! an action key to the outputs it produced ([`ActionEntry`]), per-key locks for single flight
+//! across processes ([`KeyLock`]), the [`StatCache`] that avoids re-hashing unchanged files, and
+//! the maintenance passes `verify`, `du` and `gc`. It knows nothing of pipelines, stages or
+//! templates: a key and a family are opaque to it.
+//!
+//! # Layout
+//!
+//! ```text
+//! <root>/objects/ab/<hex>        blobs: file contents and tree manifests, read-only
+//! <root>/actions/ab/<hex>.json   action entries
+//! <root>/families/<id>.keys      append-only index: every key ever recorded per family
+//! <root>/locks/<hex>.lock        per-key locks (holder pid inside); store.lock (presence)
+//! <root>/tmp/                    temp files, renamed into place when complete
+//! ```
+//!
+//! # Crash safety
+//!
+//! Every object and entry is written to `tmp/` under a drop guard and renamed into place, so a
+//! reader sees a whole file or none. An action entry is renamed into place only after the blobs
+//! it references are durable ([`Durability::GroupCommit`]: `put_output` writes without fsync and
+//! `record_action` makes the whole batch plus the entry's temp file durable with one
+//! `syncfs` (Linux, large batches) or a few fsyncs). A process killed at any moment leaves at
+//! most temp files, which `verify` removes; a torn or unparsable entry or a missing blob reads
+//! as a miss, never a panic.
+//!
+//! # A materialised output cannot corrupt the store
+//!
+//! Files are materialised by reflink where the filesystem supports it (a separate inode), by
+//! plain copy when small (≤ 64 KiB), and by hard link only for large non-executable files on
+//! filesystems without reflink. A hard link shares the blob's inode, and as root the read-only
+//! mode does not stop an in-place write. So every blob gets a sentinel mtime
+//! (2000-01-01T00:00:00Z) when it enters the store: a write through any link moves the mtime to
+//! "now", while link, unlink and chmod leave it alone. Before a blob is served (materialise, or
+//! checking a hit in `lookup_action`) its mtime and size are compared (one stat); a blob whose
+//! stat moved is re-hashed, and if it no longer matches its digest it is removed and the
+//! caller sees a miss (`lookup_action`) or [`CacheError::CorruptBlob`] (`materialize`), so the
+//! action reruns. The sentinel is a per-blob record that needs no side file and survives any
+//! number of processes; its cost is that hard-linked outputs show that old mtime.
+//!
+//! The same care applies on the way in: `put_output` hard-links a large produced file into the
+//! store only when it has a single link (a produced file that is a link to some user file is
+//! copied, so the user's file never becomes a read-only blob).
+
+mod digest;
+mod entry;
+mod error;
+mod fsutil;
+mod lock;
+mod maintenance;
+mod statcache;
+mod store;
+mod tree;
+
+pub use digest::{hash_file, Digest};
+pub use entry::{ActionEntry, OutputEntry};
+pub use error::CacheError;
+pub use lock::KeyLock;
+pub use maintenance::{BadEntry, DuReport, FamilyUsage, GcReport, VerifyReport};
+pub use statcache::StatCache;
+pub use store::{Durability, Store, StoreOptions};
+pub use tree::{decode_tree, encode_tree, TreeEntry, TREE_TAG};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,296 @@
+//! Small filesystem helpers: temp paths under a drop guard, atomic writes, permissions,
+//! the blob mtime sentinel, and the platform differences between them.
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::CacheError;
+
+/// The mtime every blob is given when it enters the store (2000-01-01T00:00:00Z).
+///
+/// Any write to the inode, through whatever hard link, moves the mtime to "now", so a blob
+/// whose mtime is not this value has possibly been edited and is re-hashed before it is served.
+/// Link, unlink and chmod do not touch the mtime, so materialising by hard link keeps it.
+pub(crate) const BLOB_MTIME: Duration = Duration::from_secs(946_684_800);
+
+pub(crate) fn blob_mtime() -> SystemTime {
+    UNIX_EPOCH + BLOB_MTIME
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A unique name for a temp file: pid, a process-wide counter and the clock, so that two
+/// processes (or a restarted one that reuses a pid) never collide.
+pub(crate) fn unique_name(prefix: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{prefix}{}-{n}-{t:x}", std::process::id())
+}
+
+/// A path that is removed (file or whole tree) when dropped unless [`TempPath::keep`] is called.
+pub(crate) struct TempPath {
+    path: Option<PathBuf>,
+}
+
+impl TempPath {
+    pub(crate) fn new(path: PathBuf) -> TempPath {
+        TempPath { path: Some(path) }
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        self.path.as_deref().expect("temp path used after keep")
+    }
+
+    /// Disarm the guard (the path was renamed away or is wanted).
+    pub(crate) fn keep(mut self) -> PathBuf {
+        self.path.take().expect("temp path kept twice")
+    }
+}
+
+impl Drop for TempPath {
+    fn drop(&mut self) {
+        if let Some(p) = self.path.take() {
+            let _ = remove_any(&p);
+        }
+    }
+}
+
+/// Remove a file, symlink or directory tree, clearing read-only bits where the platform needs it.
+pub(crate) fn remove_any(path: &Path) -> io::Result<()> {
+    let meta = match fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if meta.is_dir() {
+        #[cfg(windows)]
+        clear_readonly_tree(path);
+        fs::remove_dir_all(path)
+    } else {
+        #[cfg(windows)]
+        if meta.permissions().readonly() {
+            let mut p = meta.permissions();
+            #[allow(clippy::permissions_set_readonly_false)]
+            p.set_readonly(false);
+            let _ = fs::set_permissions(path, p);
+        }
+        fs::remove_file(path)
+    }
+}
+
+#[cfg(windows)]
+fn clear_readonly_tree(path: &Path) {
+    if let Ok(rd) = fs::read_dir(path) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if let Ok(m) = fs::symlink_metadata(&p) {
+                if m.is_dir() {
+                    clear_readonly_tree(&p);
+                } else if m.permissions().readonly() {
+                    let mut perm = m.permissions();
+                    #[allow(clippy::permissions_set_readonly_false)]
+                    perm.set_readonly(false);
+                    let _ = fs::set_permissions(&p, perm);
+                }
+            }
+        }
+    }
+}
+
+/// Rename `from` onto `to`, replacing a file at `to`. On Windows a read-only destination
+/// cannot be replaced, so its read-only bit is cleared first.
+pub(crate) fn rename_replace(from: &Path, to: &Path) -> io::Result<()> {
+    match fs::rename(from, to) {
+        Ok(()) => Ok(()),
+        #[cfg(windows)]
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            remove_any(to)?;
+            fs::rename(from, to)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Make a file read-only, keeping (or setting) the executable bits on unix.
+pub(crate) fn set_readonly(path: &Path, executable: bool) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = if executable { 0o555 } else { 0o444 };
+        fs::set_permissions(path, fs::Permissions::from_mode(mode))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = executable;
+        let mut p = fs::metadata(path)?.permissions();
+        p.set_readonly(true);
+        fs::set_permissions(path, p)
+    }
+}
+
+/// Whether the file's owner-executable bit is set (always false on Windows, which has none).
+pub(crate) fn is_executable(meta: &fs::Metadata) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        meta.permissions().mode() & 0o100 != 0
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        false
+    }
+}
+
+/// Number of hard links to the inode (1 where the platform cannot tell).
+pub(crate) fn nlink(meta: &fs::Metadata) -> u64 {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        meta.nlink()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        1
+    }
+}
+
+/// Reset a stored blob's mtime to the sentinel (after a re-hash proved its content intact).
+pub(crate) fn reset_blob_mtime(path: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        // futimens on a read-only descriptor is allowed for the owner.
+        let f = fs::File::open(path)?;
+        f.set_modified(blob_mtime())
+    }
+    #[cfg(not(unix))]
+    {
+        let meta = fs::metadata(path)?;
+        let mut p = meta.permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        p.set_readonly(false);
+        fs::set_permissions(path, p)?;
+        let f = OpenOptions::new().write(true).open(path)?;
+        f.set_modified(blob_mtime())?;
+        drop(f);
+        set_readonly(path, false)
+    }
+}
+
+/// Write `bytes` to `dest` atomically: a temp file in `tmp_dir`, optionally fsynced, renamed
+/// into place. A reader sees the old content or the new, never a torn file (short of a power
+/// loss without `durable`).
+pub(crate) fn write_atomic(
+    tmp_dir: &Path,
+    dest: &Path,
+    bytes: &[u8],
+    durable: bool,
+) -> Result<(), CacheError> {
+    let tmp = TempPath::new(tmp_dir.join(unique_name("w-")));
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(tmp.path())
+        .map_err(CacheError::io("create", tmp.path()))?;
+    f.write_all(bytes)
+        .map_err(CacheError::io("write", tmp.path()))?;
+    if durable {
+        f.sync_all().map_err(CacheError::io("fsync", tmp.path()))?;
+    }
+    drop(f);
+    rename_replace(tmp.path(), dest).map_err(CacheError::io("rename into", dest))?;
+    tmp.keep();
+    Ok(())
+}
+
+/// fsync a file or directory by path. Directories cannot be opened for fsync on Windows,
+/// where the rename itself is made durable by NTFS's journal, so that is a no-op there.
+pub(crate) fn fsync_path(path: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        fs::File::open(path)?.sync_all()
+    }
+    #[cfg(not(unix))]
+    {
+        if fs::metadata(path)?.is_dir() {
+            return Ok(());
+        }
+        OpenOptions::new().write(true).open(path)?.sync_all()
+    }
+}
+
+/// `syncfs(2)` on the filesystem holding `path`: one flush for every dirty file on it.
+#[cfg(target_os = "linux")]
+pub(crate) fn syncfs(path: &Path) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = fs::File::open(path)?;
+    // SAFETY: syncfs only reads the descriptor, which `f` keeps open for the call.
+    let rc = unsafe { libc::syncfs(f.as_raw_fd()) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The identity and change stamps of a file, as far as the platform exposes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct FileStamp {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i128,
+    pub ctime_ns: i128,
+}
+
+impl FileStamp {
+    pub(crate) fn of(meta: &fs::Metadata) -> FileStamp {
+        let mtime_ns = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos() as i128)
+            .unwrap_or(-1);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            FileStamp {
+                dev: meta.dev(),
+                ino: meta.ino(),
+                size: meta.len(),
+                mtime_ns,
+                ctime_ns: meta.ctime() as i128 * 1_000_000_000 + meta.ctime_nsec() as i128,
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            // Windows has no inode or ctime in std's stable API; the creation time stands in for
+            // ctime, and size + mtime carry the rest.
+            let ctime_ns = meta
+                .created()
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map(|d| d.as_nanos() as i128)
+                .unwrap_or(-1);
+            FileStamp {
+                dev: 0,
+                ino: 0,
+                size: meta.len(),
+                mtime_ns,
+                ctime_ns,
+            }
+        }
+    }
+}
+
+/// Create a directory and its parents.
+pub(crate) fn create_dir_all(path: &Path) -> Result<(), CacheError> {
+    fs::create_dir_all(path).map_err(CacheError::io("create directory", path))
+}

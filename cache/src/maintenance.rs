@@ -1,0 +1,464 @@
+//! `verify`, `du` and `gc`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use crate::fsutil::{self, blob_mtime, remove_any};
+use crate::tree::{decode_tree, TREE_TAG};
+use crate::{hash_file, ActionEntry, CacheError, Digest, Store};
+
+/// Without exclusive use of the store, temp files and unreferenced blobs younger than this
+/// are left alone: another process may be about to rename or reference them.
+const GRACE: Duration = Duration::from_secs(3600);
+
+/// Something `verify` found wrong (and repaired by removing it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BadEntry {
+    /// A blob whose content does not hash to its name (torn or edited). Removed.
+    BlobMismatch { digest: Digest, actual: Digest },
+    /// A file in `objects/` that is not named by a digest, or is not a regular file. Removed.
+    StrayObject { path: PathBuf },
+    /// An action entry that does not parse or does not match its file name. Removed.
+    BadAction { path: PathBuf, reason: String },
+    /// An action entry referencing a blob that is missing (or was just removed). Removed.
+    MissingBlob { key: Digest, digest: Digest },
+    /// A tree manifest that does not decode. Removed.
+    BadTree { digest: Digest, reason: String },
+}
+
+/// What `verify` did.
+#[derive(Debug, Default, Clone)]
+pub struct VerifyReport {
+    pub blobs_checked: u64,
+    pub bytes_checked: u64,
+    pub actions_checked: u64,
+    pub bad: Vec<BadEntry>,
+    /// Leftover temp files removed (not a fault: a killed writer leaves them).
+    pub tmp_removed: Vec<PathBuf>,
+    /// Keys added back to a family index that had lost them.
+    pub family_keys_restored: u64,
+}
+
+impl VerifyReport {
+    pub fn is_clean(&self) -> bool {
+        self.bad.is_empty()
+    }
+}
+
+/// Space used by one family's actions (outputs shared between actions count in each).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct FamilyUsage {
+    pub actions: u64,
+    pub output_bytes: u64,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct DuReport {
+    pub blob_count: u64,
+    pub blob_bytes: u64,
+    pub action_count: u64,
+    pub action_bytes: u64,
+    pub families: BTreeMap<String, FamilyUsage>,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct GcReport {
+    /// Actions evicted, in eviction order.
+    pub evicted: Vec<Digest>,
+    pub blobs_removed: u64,
+    pub bytes_freed: u64,
+    /// Blob bytes left after the sweep.
+    pub bytes_remaining: u64,
+    /// Unreferenced blobs kept because they were too recent while others use the store.
+    pub blobs_spared: u64,
+}
+
+/// An action entry file and its parse result (the reason when it is bad).
+type ActionFile = (PathBuf, Result<ActionEntry, String>);
+
+fn age(meta: &fs::Metadata) -> Duration {
+    #[cfg(unix)]
+    let changed = {
+        use std::os::unix::fs::MetadataExt;
+        SystemTime::UNIX_EPOCH
+            + Duration::new(meta.ctime().max(0) as u64, meta.ctime_nsec().max(0) as u32)
+    };
+    #[cfg(not(unix))]
+    let changed = meta.created().unwrap_or(SystemTime::now());
+    SystemTime::now()
+        .duration_since(changed)
+        .unwrap_or_default()
+}
+
+impl Store {
+    /// Run `f` knowing whether this is the only open `Store` on this root in any process
+    /// (the presence lock could be taken exclusively).
+    fn with_exclusivity<T>(&self, f: impl FnOnce(bool) -> T) -> T {
+        let presence = self.presence.lock().expect("presence poisoned");
+        // Release our shared lock and try for an exclusive one; then return to shared.
+        let _ = presence.unlock();
+        let exclusive = presence.try_lock().is_ok();
+        let out = f(exclusive);
+        let _ = presence.unlock();
+        let _ = presence.lock_shared();
+        out
+    }
+
+    /// Every blob in `objects/` with its size; stray files are reported through `stray`.
+    fn list_blobs(
+        &self,
+        stray: &mut dyn FnMut(PathBuf),
+    ) -> Result<Vec<(Digest, PathBuf, fs::Metadata)>, CacheError> {
+        let mut out = Vec::new();
+        for shard in read_dir_sorted(&self.objects)? {
+            if !shard.is_dir() {
+                stray(shard);
+                continue;
+            }
+            for p in read_dir_sorted(&shard)? {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                let digest = name
+                    .parse::<Digest>()
+                    .ok()
+                    .filter(|d| self.blob_path(d) == p);
+                let meta = match fs::symlink_metadata(&p) {
+                    Ok(m) => m,
+                    Err(_) => continue,
+                };
+                match digest {
+                    Some(d) if meta.is_file() => out.push((d, p, meta)),
+                    _ => stray(p),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every action entry file with its parse result.
+    fn list_actions(&self) -> Result<Vec<ActionFile>, CacheError> {
+        let mut out = Vec::new();
+        for shard in read_dir_sorted(&self.actions)? {
+            if !shard.is_dir() {
+                continue;
+            }
+            for p in read_dir_sorted(&shard)? {
+                let parsed = fs::read(&p)
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| {
+                        serde_json::from_slice::<ActionEntry>(&b).map_err(|e| e.to_string())
+                    })
+                    .and_then(|e| {
+                        if self.action_path(&e.key) == p {
+                            Ok(e)
+                        } else {
+                            Err(format!("entry key {} does not match its file name", e.key))
+                        }
+                    });
+                out.push((p, parsed));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Re-hash every blob and check every action entry. Everything bad is reported and
+    /// removed, so it becomes a miss; leftover temp files are removed. A store that only ever
+    /// saw killed processes (no power loss) verifies clean.
+    pub fn verify(&self) -> Result<VerifyReport, CacheError> {
+        let mut report = VerifyReport::default();
+        self.with_exclusivity(|exclusive| -> Result<(), CacheError> {
+            for p in read_dir_sorted(&self.tmp)? {
+                let old = fs::symlink_metadata(&p)
+                    .map(|m| age(&m) > GRACE)
+                    .unwrap_or(false);
+                if (exclusive || old) && remove_any(&p).is_ok() {
+                    report.tmp_removed.push(p);
+                }
+            }
+            Ok(())
+        })?;
+
+        let mut strays = Vec::new();
+        let blobs = self.list_blobs(&mut |p| strays.push(p))?;
+        for p in strays {
+            let _ = remove_any(&p);
+            report.bad.push(BadEntry::StrayObject { path: p });
+        }
+        let mut good: HashSet<Digest> = HashSet::with_capacity(blobs.len());
+        // Hash on every core: verify is bound by sha256.
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .min(8);
+        let chunk = blobs.len().div_ceil(threads).max(1);
+        let results: Vec<(Digest, PathBuf, u64, Result<Digest, CacheError>)> =
+            std::thread::scope(|s| {
+                let handles: Vec<_> = blobs
+                    .chunks(chunk)
+                    .map(|part| {
+                        s.spawn(move || {
+                            part.iter()
+                                .map(|(d, p, m)| (*d, p.clone(), m.len(), hash_file(p)))
+                                .collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| h.join().expect("verify thread panicked"))
+                    .collect()
+            });
+        for (d, p, len, actual) in results {
+            report.blobs_checked += 1;
+            report.bytes_checked += len;
+            match actual {
+                Ok(a) if a == d => {
+                    if fs::metadata(&p).ok().and_then(|m| m.modified().ok()) != Some(blob_mtime()) {
+                        let _ = fsutil::reset_blob_mtime(&p);
+                    }
+                    good.insert(d);
+                }
+                Ok(a) => {
+                    let _ = remove_any(&p);
+                    report.bad.push(BadEntry::BlobMismatch {
+                        digest: d,
+                        actual: a,
+                    });
+                }
+                // Removed under us (a concurrent gc): not a fault.
+                Err(CacheError::Io { ref source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+
+        // Trees: a good blob that looks like a manifest must decode.
+        let mut trees: HashMap<Digest, Vec<Digest>> = HashMap::new();
+        for d in good.clone() {
+            let p = self.blob_path(&d);
+            let Ok(head) = read_prefix(&p, TREE_TAG.len() + 1) else {
+                continue;
+            };
+            if head != format!("{TREE_TAG}\n").as_bytes() {
+                continue;
+            }
+            let bytes = fs::read(&p).map_err(CacheError::io("read", &p))?;
+            match decode_tree(d, &bytes) {
+                Ok(entries) => {
+                    let members = entries
+                        .iter()
+                        .filter_map(|e| match e {
+                            crate::TreeEntry::File { digest, .. } => Some(*digest),
+                            _ => None,
+                        })
+                        .collect();
+                    trees.insert(d, members);
+                }
+                Err(e) => {
+                    let _ = remove_any(&p);
+                    good.remove(&d);
+                    report.bad.push(BadEntry::BadTree {
+                        digest: d,
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
+
+        let mut family_keys: HashMap<String, HashSet<Digest>> = HashMap::new();
+        for (p, parsed) in self.list_actions()? {
+            report.actions_checked += 1;
+            let entry = match parsed {
+                Ok(e) => e,
+                Err(reason) => {
+                    let _ = remove_any(&p);
+                    report.bad.push(BadEntry::BadAction { path: p, reason });
+                    continue;
+                }
+            };
+            let mut missing = None;
+            'outs: for out in entry.outputs.values() {
+                let d = out.digest();
+                if !good.contains(&d) {
+                    missing = Some(d);
+                    break;
+                }
+                if let crate::OutputEntry::Dir { .. } = out {
+                    for m in trees.get(&d).map(Vec::as_slice).unwrap_or_default() {
+                        if !good.contains(m) {
+                            missing = Some(*m);
+                            break 'outs;
+                        }
+                    }
+                }
+            }
+            if let Some(digest) = missing {
+                let _ = remove_any(&p);
+                report.bad.push(BadEntry::MissingBlob {
+                    key: entry.key,
+                    digest,
+                });
+                continue;
+            }
+            let known = family_keys
+                .entry(entry.family.clone())
+                .or_insert_with(|| self.family_index(&entry.family).unwrap_or_default());
+            if !known.contains(&entry.key) {
+                self.append_family(&entry.family, &entry.key)?;
+                known.insert(entry.key);
+                report.family_keys_restored += 1;
+            }
+        }
+        Ok(report)
+    }
+
+    fn family_index(&self, family: &str) -> Result<HashSet<Digest>, CacheError> {
+        Ok(self
+            .actions_in_family(family)?
+            .into_iter()
+            .map(|e| e.key)
+            .collect())
+    }
+
+    /// Bytes and counts of blobs and actions, and per family.
+    pub fn du(&self) -> Result<DuReport, CacheError> {
+        let mut r = DuReport::default();
+        for (_, _, meta) in self.list_blobs(&mut |_| {})? {
+            r.blob_count += 1;
+            r.blob_bytes += meta.len();
+        }
+        for (p, parsed) in self.list_actions()? {
+            r.action_count += 1;
+            r.action_bytes += fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+            if let Ok(e) = parsed {
+                let f = r.families.entry(e.family.clone()).or_default();
+                f.actions += 1;
+                f.output_bytes += e.output_bytes();
+            }
+        }
+        Ok(r)
+    }
+
+    /// Keep every action in `keep`; evict the others cheapest-to-recompute-per-byte first
+    /// (`duration_ms / output bytes` ascending) until the blobs still referenced fit in
+    /// `max_bytes` (`None`: evict all not kept); then remove every blob no remaining action
+    /// references. Unparsable entries are removed too.
+    pub fn gc(
+        &self,
+        keep: &HashSet<Digest>,
+        max_bytes: Option<u64>,
+    ) -> Result<GcReport, CacheError> {
+        self.with_exclusivity(|exclusive| self.gc_inner(keep, max_bytes, exclusive))
+    }
+
+    fn gc_inner(
+        &self,
+        keep: &HashSet<Digest>,
+        max_bytes: Option<u64>,
+        exclusive: bool,
+    ) -> Result<GcReport, CacheError> {
+        let mut report = GcReport::default();
+        let blobs = self.list_blobs(&mut |_| {})?;
+        let sizes: HashMap<Digest, u64> = blobs.iter().map(|(d, _, m)| (*d, m.len())).collect();
+
+        let mut actions: Vec<(PathBuf, ActionEntry, BTreeSet<Digest>)> = Vec::new();
+        for (p, parsed) in self.list_actions()? {
+            let Ok(entry) = parsed else {
+                let _ = remove_any(&p);
+                continue;
+            };
+            let mut refs = BTreeSet::new();
+            for out in entry.outputs.values() {
+                // A tree whose manifest is gone still pins its own digest (which is missing).
+                let _ = self.output_blobs(out, &mut refs);
+            }
+            actions.push((p, entry, refs));
+        }
+
+        let mut refcount: HashMap<Digest, u32> = HashMap::new();
+        for (_, _, refs) in &actions {
+            for d in refs {
+                *refcount.entry(*d).or_default() += 1;
+            }
+        }
+        let mut live: u64 = refcount
+            .keys()
+            .map(|d| sizes.get(d).copied().unwrap_or(0))
+            .sum();
+
+        let mut candidates: Vec<usize> = (0..actions.len())
+            .filter(|&i| !keep.contains(&actions[i].1.key))
+            .collect();
+        // Cost per byte; an action with no output bytes frees nothing and goes last.
+        let cost = |e: &ActionEntry| -> f64 {
+            match e.output_bytes() {
+                0 => f64::INFINITY,
+                b => e.duration_ms as f64 / b as f64,
+            }
+        };
+        candidates.sort_by(|&a, &b| {
+            let (ea, eb) = (&actions[a].1, &actions[b].1);
+            cost(ea)
+                .total_cmp(&cost(eb))
+                .then(ea.created_unix_ms.cmp(&eb.created_unix_ms))
+        });
+        for i in candidates {
+            if max_bytes.is_some_and(|m| live <= m) {
+                break;
+            }
+            let (p, entry, refs) = &actions[i];
+            remove_any(p).map_err(CacheError::io("remove", p))?;
+            report.evicted.push(entry.key);
+            for d in refs {
+                let c = refcount.get_mut(d).expect("counted above");
+                *c -= 1;
+                if *c == 0 {
+                    refcount.remove(d);
+                    live -= sizes.get(d).copied().unwrap_or(0);
+                }
+            }
+        }
+
+        for (d, p, meta) in &blobs {
+            if refcount.contains_key(d) {
+                report.bytes_remaining += meta.len();
+                continue;
+            }
+            if !exclusive && age(meta) < GRACE {
+                report.blobs_spared += 1;
+                report.bytes_remaining += meta.len();
+                continue;
+            }
+            if remove_any(p).is_ok() {
+                report.blobs_removed += 1;
+                report.bytes_freed += meta.len();
+            }
+        }
+        Ok(report)
+    }
+}
+
+fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, CacheError> {
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(CacheError::Io {
+                op: "read directory",
+                path: dir.to_path_buf(),
+                source: e,
+            })
+        }
+    };
+    let mut out: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    out.sort();
+    Ok(out)
+}
+
+fn read_prefix(p: &Path, n: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut buf = Vec::with_capacity(n);
+    fs::File::open(p)?.take(n as u64).read_to_end(&mut buf)?;
+    Ok(buf)
+}

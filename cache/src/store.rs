@@ -1,0 +1,698 @@
+//! [`Store`]: the on-disk CAS of blobs and trees, the action cache and the family index.
+
+use std::collections::BTreeSet;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::digest::SMALL_FILE;
+use crate::fsutil::{
+    self, blob_mtime, remove_any, rename_replace, set_readonly, unique_name, TempPath,
+};
+use crate::tree::{decode_tree, encode_tree, scan_tree, TreeEntry};
+use crate::{hash_file, ActionEntry, CacheError, Digest, OutputEntry, StatCache};
+
+/// How hard the store works to survive a power loss (a killed process never loses anything
+/// that was renamed into place, whichever is chosen).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Blobs are written without fsync and synced as one group right before the action entry
+    /// that references them becomes visible. The default.
+    #[default]
+    GroupCommit,
+    /// Never fsync. A power loss may leave torn blobs or entries, which `verify` finds and
+    /// removes (they read as misses until then). For throwaway stores and tests.
+    None,
+}
+
+/// Options for [`Store::open_with`].
+#[derive(Clone, Debug, Default)]
+pub struct StoreOptions {
+    pub durability: Durability,
+}
+
+/// State of a blob when it is about to be served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BlobState {
+    Ok,
+    Missing,
+    /// It was there but did not hash to its name; it has been removed.
+    Corrupt,
+}
+
+/// The local content-addressed store. Cheap to share between threads (`&self` everywhere).
+pub struct Store {
+    pub(crate) root: PathBuf,
+    pub(crate) objects: PathBuf,
+    pub(crate) actions: PathBuf,
+    pub(crate) families: PathBuf,
+    pub(crate) locks: PathBuf,
+    pub(crate) tmp: PathBuf,
+    durability: Durability,
+    /// Files written since the last group commit, not yet fsynced.
+    pending: Mutex<Vec<PathBuf>>,
+    /// Held for a whole group commit, so a second caller waits until the first caller's
+    /// fsyncs (which may cover its files) have finished rather than returning early.
+    sync_lock: Mutex<()>,
+    /// A shared lock on `locks/store.lock` held for the store's lifetime; `verify` and `gc`
+    /// try to upgrade it to learn whether any other process has the store open.
+    pub(crate) presence: Mutex<File>,
+}
+
+const SHARDS: usize = 256;
+
+impl Store {
+    /// Open (creating if needed) a store rooted at `root`.
+    pub fn open(root: &Path) -> Result<Store, CacheError> {
+        Store::open_with(root, StoreOptions::default())
+    }
+
+    pub fn open_with(root: &Path, options: StoreOptions) -> Result<Store, CacheError> {
+        let objects = root.join("objects");
+        let actions = root.join("actions");
+        let families = root.join("families");
+        let locks = root.join("locks");
+        let tmp = root.join("tmp");
+        for d in [&families, &locks, &tmp] {
+            fsutil::create_dir_all(d)?;
+        }
+        // Pre-create the shard folders once so the hot paths never need a mkdir.
+        for base in [&objects, &actions] {
+            if !base.join("ff").is_dir() {
+                for i in 0..SHARDS {
+                    fsutil::create_dir_all(&base.join(format!("{i:02x}")))?;
+                }
+            }
+        }
+        let presence_path = locks.join("store.lock");
+        let presence = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&presence_path)
+            .map_err(CacheError::io("open", &presence_path))?;
+        presence
+            .lock_shared()
+            .map_err(CacheError::io("lock", &presence_path))?;
+        Ok(Store {
+            root: root.to_path_buf(),
+            objects,
+            actions,
+            families,
+            locks,
+            tmp,
+            durability: options.durability,
+            pending: Mutex::new(Vec::new()),
+            sync_lock: Mutex::new(()),
+            presence: Mutex::new(presence),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `objects/ab/<hex>`.
+    pub fn blob_path(&self, d: &Digest) -> PathBuf {
+        let hex = d.to_string();
+        self.objects.join(&hex[..2]).join(hex)
+    }
+
+    pub(crate) fn action_path(&self, key: &Digest) -> PathBuf {
+        let hex = key.to_string();
+        self.actions.join(&hex[..2]).join(format!("{hex}.json"))
+    }
+
+    fn family_path(&self, family: &str) -> PathBuf {
+        let mut tagged = b"heddle/family/v1\0".to_vec();
+        tagged.extend_from_slice(family.as_bytes());
+        self.families.join(format!(
+            "{}.keys",
+            &Digest::of_bytes(&tagged).to_string()[..32]
+        ))
+    }
+
+    /// Whether a blob is present (a stat; its content is checked when it is served).
+    pub fn has_blob(&self, d: &Digest) -> bool {
+        fs::symlink_metadata(self.blob_path(d))
+            .map(|m| m.is_file())
+            .unwrap_or(false)
+    }
+
+    // ---------------------------------------------------------------- put
+
+    /// Store a produced output (a regular file, or a directory tree whose symlinks are
+    /// recorded as symlinks) and describe it. A symlink at `path` itself is followed.
+    ///
+    /// Large files are hard-linked into the store when `path` is their only link (no copy;
+    /// `path` stays, now read-only and sharing the blob's inode, until its owner deletes it),
+    /// else reflinked, else copied. Small files are copied. Nothing is fsynced here: see
+    /// [`Store::sync_pending`].
+    pub fn put_output(&self, path: &Path) -> Result<OutputEntry, CacheError> {
+        let meta = fs::metadata(path).map_err(CacheError::io("stat", path))?;
+        if meta.is_file() {
+            let (digest, size, executable) = self.put_file(path, &meta)?;
+            Ok(OutputEntry::File {
+                digest,
+                size,
+                executable,
+            })
+        } else if meta.is_dir() {
+            let mut scan = scan_tree(path, &mut |p, m| self.put_file(p, m).map(|(d, _, _)| d))?;
+            let bytes = encode_tree(&mut scan.entries);
+            let digest = Digest::of_bytes(&bytes);
+            if !self.has_blob(&digest) {
+                self.write_blob_bytes(&digest, &bytes)?;
+            }
+            Ok(OutputEntry::Dir {
+                digest,
+                size: scan.size,
+                files: scan.files,
+            })
+        } else {
+            Err(CacheError::UnsupportedFileType {
+                path: path.to_path_buf(),
+            })
+        }
+    }
+
+    /// Store one regular file; returns (digest, size, executable).
+    fn put_file(
+        &self,
+        path: &Path,
+        meta: &fs::Metadata,
+    ) -> Result<(Digest, u64, bool), CacheError> {
+        let executable = fsutil::is_executable(meta);
+        if meta.len() <= SMALL_FILE {
+            // One read serves both the hash and the copy.
+            let bytes = fs::read(path).map_err(CacheError::io("read", path))?;
+            let digest = Digest::of_bytes(&bytes);
+            if !self.has_blob(&digest) {
+                self.write_blob_bytes(&digest, &bytes)?;
+            }
+            return Ok((digest, bytes.len() as u64, executable));
+        }
+        let digest = hash_file(path)?;
+        if self.blob_state(&digest, Some(meta.len()))? == BlobState::Ok {
+            return Ok((digest, meta.len(), executable));
+        }
+        let tmp = TempPath::new(self.tmp.join(unique_name("b-")));
+        // Hard-link only a file nobody else links to: a produced file that is itself a link to
+        // some user file must not have that file's inode become a read-only blob. Executables
+        // are not linked either: the blob's read-only mode would strip their exec bit.
+        let linked =
+            fsutil::nlink(meta) == 1 && !executable && fs::hard_link(path, tmp.path()).is_ok();
+        if !linked && reflink_copy::reflink(path, tmp.path()).is_err() {
+            fs::copy(path, tmp.path()).map_err(CacheError::io("copy", path))?;
+        }
+        self.seal_blob(tmp, &digest)?;
+        Ok((digest, meta.len(), executable))
+    }
+
+    /// Store bytes as a blob named `digest` (the caller computed it).
+    pub(crate) fn write_blob_bytes(&self, digest: &Digest, bytes: &[u8]) -> Result<(), CacheError> {
+        let tmp = TempPath::new(self.tmp.join(unique_name("b-")));
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(tmp.path())
+            .map_err(CacheError::io("create", tmp.path()))?;
+        f.write_all(bytes)
+            .map_err(CacheError::io("write", tmp.path()))?;
+        drop(f);
+        self.seal_blob(tmp, digest)
+    }
+
+    /// Give a temp file the blob mtime sentinel and read-only mode, then rename it into place.
+    fn seal_blob(&self, tmp: TempPath, digest: &Digest) -> Result<(), CacheError> {
+        fsutil::reset_blob_mtime(tmp.path()).map_err(CacheError::io("set mtime of", tmp.path()))?;
+        set_readonly(tmp.path(), false).map_err(CacheError::io("make read-only", tmp.path()))?;
+        let dest = self.blob_path(digest);
+        if let Err(e) = fs::rename(tmp.path(), &dest) {
+            // The shard folder may have been removed by hand; anything else is real.
+            if e.kind() != io::ErrorKind::NotFound {
+                return Err(CacheError::Io {
+                    op: "rename into",
+                    path: dest,
+                    source: e,
+                });
+            }
+            fsutil::create_dir_all(dest.parent().expect("blob path has a shard"))?;
+            fs::rename(tmp.path(), &dest).map_err(CacheError::io("rename into", &dest))?;
+        }
+        tmp.keep();
+        if self.durability != Durability::None {
+            self.pending.lock().expect("pending poisoned").push(dest);
+        }
+        Ok(())
+    }
+
+    /// Make every blob written so far durable (the group commit). `record_action` calls this
+    /// before its entry becomes visible; callers may call it earlier to bound the batch.
+    pub fn sync_pending(&self) -> Result<(), CacheError> {
+        self.sync_pending_with(None)
+    }
+
+    fn sync_pending_with(&self, extra: Option<&Path>) -> Result<(), CacheError> {
+        if self.durability == Durability::None {
+            return Ok(());
+        }
+        let _commit = self.sync_lock.lock().expect("sync lock poisoned");
+        let mut batch = std::mem::take(&mut *self.pending.lock().expect("pending poisoned"));
+        if let Some(p) = extra {
+            batch.push(p.to_path_buf());
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let result = sync_files(&self.root, &batch);
+        if result.is_err() {
+            // Keep them pending so a later commit retries; never report them durable.
+            self.pending.lock().expect("pending poisoned").extend(batch);
+        }
+        result
+    }
+
+    // ---------------------------------------------------------------- serve
+
+    /// Check a blob before serving it. A blob whose mtime is still the sentinel (and whose size
+    /// matches when known) is trusted; otherwise it is re-hashed, and a blob that no longer
+    /// matches its name is removed so that it becomes a miss.
+    pub(crate) fn blob_state(
+        &self,
+        d: &Digest,
+        size: Option<u64>,
+    ) -> Result<BlobState, CacheError> {
+        let p = self.blob_path(d);
+        let meta = match fs::symlink_metadata(&p) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(BlobState::Missing),
+            Err(e) => {
+                return Err(CacheError::Io {
+                    op: "stat",
+                    path: p,
+                    source: e,
+                })
+            }
+        };
+        if !meta.is_file() || size.is_some_and(|s| s != meta.len()) {
+            let _ = remove_any(&p);
+            return Ok(BlobState::Corrupt);
+        }
+        if meta.modified().ok() == Some(blob_mtime()) {
+            return Ok(BlobState::Ok);
+        }
+        match hash_file(&p) {
+            Ok(actual) if actual == *d => {
+                fsutil::reset_blob_mtime(&p).map_err(CacheError::io("set mtime of", &p))?;
+                Ok(BlobState::Ok)
+            }
+            Ok(_) => {
+                let _ = remove_any(&p);
+                Ok(BlobState::Corrupt)
+            }
+            Err(CacheError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                Ok(BlobState::Missing)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn require_blob(&self, d: &Digest, size: Option<u64>) -> Result<(), CacheError> {
+        match self.blob_state(d, size)? {
+            BlobState::Ok => Ok(()),
+            BlobState::Missing => Err(CacheError::MissingBlob { digest: *d }),
+            BlobState::Corrupt => Err(CacheError::CorruptBlob { digest: *d }),
+        }
+    }
+
+    /// Read and decode a tree manifest blob, checking its digest (it is small).
+    pub(crate) fn read_tree(&self, d: &Digest) -> Result<Vec<TreeEntry>, CacheError> {
+        let p = self.blob_path(d);
+        let bytes = match fs::read(&p) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(CacheError::MissingBlob { digest: *d })
+            }
+            Err(e) => {
+                return Err(CacheError::Io {
+                    op: "read",
+                    path: p,
+                    source: e,
+                })
+            }
+        };
+        if Digest::of_bytes(&bytes) != *d {
+            let _ = remove_any(&p);
+            return Err(CacheError::CorruptBlob { digest: *d });
+        }
+        decode_tree(*d, &bytes)
+    }
+
+    /// Materialise a stored output at `dest`, replacing whatever is there: the new file or
+    /// tree is built beside `dest` and renamed over it. Files are reflinked where the
+    /// filesystem can, else hard-linked (large non-executable files), else copied; small files
+    /// are always copied. Everything materialised is read-only.
+    pub fn materialize(&self, entry: &OutputEntry, dest: &Path) -> Result<(), CacheError> {
+        self.materialize_inner(entry, dest, None)
+    }
+
+    /// [`Store::materialize`], then record every materialised file in `stats` so that
+    /// [`Store::is_materialized`] is a stat comparison.
+    pub fn materialize_recorded(
+        &self,
+        entry: &OutputEntry,
+        dest: &Path,
+        stats: &StatCache,
+    ) -> Result<(), CacheError> {
+        self.materialize_inner(entry, dest, Some(stats))
+    }
+
+    fn materialize_inner(
+        &self,
+        entry: &OutputEntry,
+        dest: &Path,
+        stats: Option<&StatCache>,
+    ) -> Result<(), CacheError> {
+        let parent = match dest.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        fsutil::create_dir_all(&parent)?;
+        let name = dest
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = TempPath::new(parent.join(unique_name(&format!(".{name}.heddle-"))));
+        let mut recorded: Vec<(PathBuf, Digest)> = Vec::new();
+        match entry {
+            OutputEntry::File {
+                digest,
+                size,
+                executable,
+            } => {
+                self.require_blob(digest, Some(*size))?;
+                self.place_file(digest, tmp.path(), *size, *executable)?;
+                recorded.push((dest.to_path_buf(), *digest));
+            }
+            OutputEntry::Dir { digest, .. } => {
+                let entries = self.read_tree(digest)?;
+                fs::create_dir(tmp.path())
+                    .map_err(CacheError::io("create directory", tmp.path()))?;
+                for e in &entries {
+                    let at = tmp.path().join(e.path());
+                    match e {
+                        TreeEntry::Dir { .. } => fsutil::create_dir_all(&at)?,
+                        TreeEntry::File {
+                            digest,
+                            size,
+                            executable,
+                            path,
+                        } => {
+                            self.require_blob(digest, Some(*size))?;
+                            self.place_file(digest, &at, *size, *executable)?;
+                            recorded.push((dest.join(path), *digest));
+                        }
+                        TreeEntry::Symlink { target, .. } => make_symlink(target, &at)?,
+                    }
+                }
+            }
+        }
+        replace_path(tmp.path(), dest)?;
+        tmp.keep();
+        if let Some(stats) = stats {
+            for (p, d) in recorded {
+                stats.record(&p, d);
+            }
+        }
+        Ok(())
+    }
+
+    /// Put a copy of blob `d` at `to` (which does not exist), by the cheapest safe means.
+    fn place_file(
+        &self,
+        d: &Digest,
+        to: &Path,
+        size: u64,
+        executable: bool,
+    ) -> Result<(), CacheError> {
+        let blob = self.blob_path(d);
+        if size > SMALL_FILE {
+            if reflink_copy::reflink(&blob, to).is_ok() {
+                set_readonly(to, executable).map_err(CacheError::io("set permissions of", to))?;
+                return Ok(());
+            }
+            // A hard link shares the blob's inode and so its mode: only for non-executables.
+            if !executable && fs::hard_link(&blob, to).is_ok() {
+                return Ok(());
+            }
+        }
+        fs::copy(&blob, to).map_err(CacheError::io("copy", &blob))?;
+        set_readonly(to, executable).map_err(CacheError::io("set permissions of", to))?;
+        Ok(())
+    }
+
+    /// Whether `dest` still holds `entry`: a stat comparison against `stats`' records, with a
+    /// re-hash only for files whose stat changed (or that were never recorded).
+    pub fn is_materialized(&self, entry: &OutputEntry, dest: &Path, stats: &StatCache) -> bool {
+        let Ok(meta) = fs::symlink_metadata(dest) else {
+            return false;
+        };
+        match entry {
+            OutputEntry::File {
+                digest, executable, ..
+            } => {
+                meta.is_file()
+                    && (!cfg!(unix) || fsutil::is_executable(&meta) == *executable)
+                    && stats.hash(dest).is_ok_and(|d| d == *digest)
+            }
+            OutputEntry::Dir { digest, .. } => {
+                meta.is_dir() && stats.hash_dir(dest).is_ok_and(|d| d == *digest)
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- actions
+
+    /// Look up an action. A missing, torn or unparsable entry, or one whose blobs are missing
+    /// or corrupt, is a miss (`Ok(None)`).
+    pub fn lookup_action(&self, key: &Digest) -> Result<Option<ActionEntry>, CacheError> {
+        let Some(entry) = self.read_action(key)? else {
+            return Ok(None);
+        };
+        for out in entry.outputs.values() {
+            if !self.output_servable(out)? {
+                return Ok(None);
+            }
+        }
+        Ok(Some(entry))
+    }
+
+    /// Read an action entry without checking its blobs.
+    pub(crate) fn read_action(&self, key: &Digest) -> Result<Option<ActionEntry>, CacheError> {
+        let p = self.action_path(key);
+        let bytes = match fs::read(&p) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(CacheError::Io {
+                    op: "read",
+                    path: p,
+                    source: e,
+                })
+            }
+        };
+        Ok(serde_json::from_slice::<ActionEntry>(&bytes)
+            .ok()
+            .filter(|e| e.key == *key))
+    }
+
+    fn output_servable(&self, out: &OutputEntry) -> Result<bool, CacheError> {
+        match out {
+            OutputEntry::File { digest, size, .. } => {
+                Ok(self.blob_state(digest, Some(*size))? == BlobState::Ok)
+            }
+            OutputEntry::Dir { digest, .. } => {
+                let entries = match self.read_tree(digest) {
+                    Ok(e) => e,
+                    Err(
+                        CacheError::MissingBlob { .. }
+                        | CacheError::CorruptBlob { .. }
+                        | CacheError::BadTree { .. },
+                    ) => return Ok(false),
+                    Err(e) => return Err(e),
+                };
+                for e in &entries {
+                    if let TreeEntry::File { digest, size, .. } = e {
+                        if self.blob_state(digest, Some(*size))? != BlobState::Ok {
+                            return Ok(false);
+                        }
+                    }
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// Every blob an output references (a file's blob; a tree's manifest and member blobs).
+    pub(crate) fn output_blobs(
+        &self,
+        out: &OutputEntry,
+        into: &mut BTreeSet<Digest>,
+    ) -> Result<(), CacheError> {
+        into.insert(out.digest());
+        if let OutputEntry::Dir { digest, .. } = out {
+            for e in self.read_tree(digest)? {
+                if let TreeEntry::File { digest, .. } = e {
+                    into.insert(digest);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Record an action. Fails if a blob it references is missing; makes every pending blob
+    /// durable (one group commit, which also covers the entry's own temp file) before the
+    /// entry is renamed into place; then appends the key to its family's index.
+    pub fn record_action(&self, entry: &ActionEntry) -> Result<(), CacheError> {
+        let mut blobs = BTreeSet::new();
+        for out in entry.outputs.values() {
+            self.output_blobs(out, &mut blobs)?;
+        }
+        for d in &blobs {
+            if !self.has_blob(d) {
+                return Err(CacheError::MissingBlob { digest: *d });
+            }
+        }
+        let bytes =
+            serde_json::to_vec_pretty(entry).map_err(|source| CacheError::EncodeAction {
+                key: entry.key,
+                source,
+            })?;
+        let tmp = TempPath::new(self.tmp.join(unique_name("a-")));
+        fs::write(tmp.path(), &bytes).map_err(CacheError::io("write", tmp.path()))?;
+        self.sync_pending_with(Some(tmp.path()))?;
+        let dest = self.action_path(&entry.key);
+        if let Err(e) = rename_replace(tmp.path(), &dest) {
+            if e.kind() != io::ErrorKind::NotFound {
+                return Err(CacheError::Io {
+                    op: "rename into",
+                    path: dest,
+                    source: e,
+                });
+            }
+            fsutil::create_dir_all(dest.parent().expect("action path has a shard"))?;
+            rename_replace(tmp.path(), &dest).map_err(CacheError::io("rename into", &dest))?;
+        }
+        tmp.keep();
+        self.append_family(&entry.family, &entry.key)
+    }
+
+    pub(crate) fn append_family(&self, family: &str, key: &Digest) -> Result<(), CacheError> {
+        let p = self.family_path(family);
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&p)
+            .map_err(CacheError::io("open", &p))?;
+        // One write of 65 bytes with O_APPEND: concurrent appenders do not interleave.
+        f.write_all(format!("{key}\n").as_bytes())
+            .map_err(CacheError::io("append to", &p))
+    }
+
+    /// Every recorded action of `family` still in the store, newest first. Entries are read
+    /// without checking their blobs: this is for explaining misses by diffing `key_parts`.
+    pub fn actions_in_family(&self, family: &str) -> Result<Vec<ActionEntry>, CacheError> {
+        let p = self.family_path(family);
+        let text = match fs::read(&p) {
+            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => {
+                return Err(CacheError::Io {
+                    op: "read",
+                    path: p,
+                    source: e,
+                })
+            }
+        };
+        let keys: BTreeSet<Digest> = text.lines().filter_map(|l| l.parse().ok()).collect();
+        let mut out = Vec::new();
+        for k in keys {
+            if let Some(e) = self.read_action(&k)? {
+                if e.family == family {
+                    out.push(e);
+                }
+            }
+        }
+        out.sort_by(|a, b| {
+            b.created_unix_ms
+                .cmp(&a.created_unix_ms)
+                .then(a.key.cmp(&b.key))
+        });
+        Ok(out)
+    }
+}
+
+/// fsync a batch of files and the folders holding them. On Linux a large batch is one
+/// `syncfs`, which costs one journal flush however many files it covers.
+fn sync_files(root: &Path, files: &[PathBuf]) -> Result<(), CacheError> {
+    #[cfg(target_os = "linux")]
+    if files.len() > SYNCFS_THRESHOLD {
+        return fsutil::syncfs(root).map_err(CacheError::io("syncfs", root));
+    }
+    let _ = root;
+    let mut dirs = BTreeSet::new();
+    for f in files {
+        fsutil::fsync_path(f).map_err(CacheError::io("fsync", f))?;
+        if let Some(d) = f.parent() {
+            dirs.insert(d.to_path_buf());
+        }
+    }
+    for d in dirs {
+        fsutil::fsync_path(&d).map_err(CacheError::io("fsync", &d))?;
+    }
+    Ok(())
+}
+
+#[cfg(target_os = "linux")]
+const SYNCFS_THRESHOLD: usize = 4;
+
+fn make_symlink(target: &str, at: &Path) -> Result<(), CacheError> {
+    #[cfg(unix)]
+    let r = std::os::unix::fs::symlink(target, at);
+    #[cfg(windows)]
+    let r = {
+        // Windows needs to know the kind of the target; resolve it relative to the link.
+        let resolved = at
+            .parent()
+            .map(|p| p.join(target))
+            .unwrap_or_else(|| PathBuf::from(target));
+        if resolved.is_dir() {
+            std::os::windows::fs::symlink_dir(target, at)
+        } else {
+            std::os::windows::fs::symlink_file(target, at)
+        }
+    };
+    r.map_err(CacheError::io("create symlink", at))
+}
+
+/// Move `tmp` onto `dest`. A file replaces a file atomically; when a directory is involved on
+/// either side, the old `dest` is first moved aside and then removed.
+fn replace_path(tmp: &Path, dest: &Path) -> Result<(), CacheError> {
+    let tmp_is_dir = fs::symlink_metadata(tmp)
+        .map(|m| m.is_dir())
+        .unwrap_or(false);
+    match fs::symlink_metadata(dest) {
+        Ok(m) if m.is_dir() || tmp_is_dir => {
+            let parent = dest.parent().unwrap_or(Path::new("."));
+            let trash = TempPath::new(parent.join(unique_name(".heddle-old-")));
+            fs::rename(dest, trash.path()).map_err(CacheError::io("move aside", dest))?;
+            fs::rename(tmp, dest).map_err(CacheError::io("rename into", dest))?;
+            drop(trash);
+            Ok(())
+        }
+        _ => rename_replace(tmp, dest).map_err(CacheError::io("rename into", dest)),
+    }
+}
