@@ -1,0 +1,46 @@
+"""mezo/compare renders FAILED rows from status.json of failed and skipped members."""
+import json
+import sys
+
+from direct import gather, run_stage
+
+
+def probe_json(path, ctx, start=1.77e-3):
+    rows = [{"eps": e, "sign": s, "r": r, "ratio": q, "median_abs_g": 1.0, "median_abs_g_float": 1.0,
+             "max_abs_g": 1.0, "g": [1.0], "g_float": [1.0]}
+            for e, s, r, q in [(3e-2, 0.958, 0.993, 1.0), (1e-2, 0.958, 0.988, 1.1), (1e-3, 0.792, 0.669, 1.2)]]
+    json.dump({"kind": "mezo-probe", "context": ctx, "params": {"eps": [3e-2, 1e-2, 1e-3]}, "rows": rows,
+               "start_loss": start, "start_loss_float": 1.85e-3, "start_output_max_abs_diff_vs_float": 0.01,
+               "start_output_digest": "abc"}, open(path, "w"))
+    return path
+
+
+def test_compare_failed_and_skipped_rows(tmp_path):
+    ok1 = probe_json(tmp_path / "a.json", "SDK_QUANTIZED")
+    ok2 = probe_json(tmp_path / "b.json", "SDK_BIT_EXACT")
+    opt_fail = {"label": "optimize[precision=a16_w4]", "status": "failed", "error_class": "AttributeError",
+                "error": "AttributeError: 'function' object has no attribute 'set_wraparound_loss'"}
+    members = [
+        ({"precision": "a16_w16", "context": "SDK_QUANTIZED"}, {"label": "q", "status": "ok"}, str(ok1)),
+        ({"precision": "a16_w16", "context": "SDK_BIT_EXACT"}, {"label": "b", "status": "ok"}, str(ok2)),
+        ({"precision": "a16_w4", "context": "SDK_QUANTIZED"},
+         {"label": "probe[context=SDK_QUANTIZED,precision=a16_w4]", "status": "skipped", "cause": opt_fail}, None),
+        ({"precision": "a8_w8", "context": "SDK_BIT_EXACT"},
+         {"label": "probe[context=SDK_BIT_EXACT,precision=a8_w8]", "status": "failed", "exit_code": 1,
+          "error_class": "InferenceError", "error": "InferenceError: graph execution error at conv2_1/act_op_1/pow"},
+         None),
+    ]
+    g = gather(str(tmp_path / "g"), members)
+    st, outs, p = run_stage("mezo/compare", "compare", str(tmp_path / "out"),
+                            inputs={"probes": g, "device": str(tmp_path / "absent")}, python=sys.executable)
+    assert st["status"] == "ok", p.stderr
+    md = open(outs["table"]).read()
+    assert "| 3e-02 | 95.8% | +0.993 | 1.0x | 95.8% | +0.993 | 1.0x |" in md
+    assert "Contexts agree on the start loss to five figures" in md
+    assert ("- a16_w4 × SDK_QUANTIZED FAILED AttributeError: 'function' object has no attribute "
+            "'set_wraparound_loss' (at optimize[precision=a16_w4]") in md
+    assert "- a8_w8 × SDK_BIT_EXACT FAILED InferenceError: graph execution error at conv2_1/act_op_1/pow" in md
+    csv_text = open(outs["csv"]).read()
+    assert "a8_w8,SDK_BIT_EXACT,failed" in csv_text
+    summary = json.load(open(outs["summary"]))
+    assert summary["start_loss_agreement"]["a16_w16"]["agree_5_figures"] is True
