@@ -148,10 +148,13 @@ class ClientRunner:
         self._m.update(state=States.HAILO_MODEL, net_name=net, onnx_sha256=hashlib.sha256(data).hexdigest(),
                        onnx_input=in_name, input_nchw=list(shape), start_node_names=start_node_names,
                        end_node_names=end_node_names)
-        return self.get_hn_dict(), {"params": "TEST DOUBLE"}
+        return self._hn(), {"params": "TEST DOUBLE"}
 
     def get_hn_dict(self):
         self._rec("get_hn_dict")
+        return self._hn()
+
+    def _hn(self):
         net = self._m.get("net_name", "net")
         _, c, h, w = self._m.get("input_nchw", [1, 1, 1, 1])
         co = _out_channels(c)
@@ -290,7 +293,7 @@ class ClientRunner:
                               InferenceContext.SDK_FP_OPTIMIZED) else pm, bit_exact=t == InferenceContext.SDK_BIT_EXACT)
 
     def _check_input(self, data, what):
-        hn = self.get_hn_dict()
+        hn = self._hn()
         names = [k for k, v in hn["layers"].items() if v["type"] == "input_layer"]
         if isinstance(data, np.ndarray):
             arr = data
@@ -310,7 +313,7 @@ class ClientRunner:
 
     def get_hn_model(self):
         self._rec("get_hn_model")
-        return _HnModel(self.get_hn_dict())
+        return _HnModel(self._hn())
 
 
 class _HnModel:
