@@ -189,7 +189,9 @@ pub fn new_run_id() -> String {
     let secs = now.as_secs() as i64;
     let (y, mo, d, h, mi, s) = civil(secs);
     let rand = (now.subsec_nanos() ^ std::process::id().wrapping_mul(2654435761)) & 0xffff;
-    format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}-{rand:04x}")
+    // Milliseconds keep ids in time order, so `last` is the newest run.
+    let ms = now.subsec_millis();
+    format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}{ms:03}-{rand:04x}")
 }
 
 /// UTC calendar fields of a unix time (Howard Hinnant's days-from-civil inverse).

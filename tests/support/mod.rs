@@ -1,0 +1,124 @@
+//! A small fluent harness over a temp project and the real `heddle` binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub struct Project {
+    pub dir: tempfile::TempDir,
+    pub cache: PathBuf,
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn ok(self) -> Run {
+        assert_eq!(
+            self.code, 0,
+            "expected success\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+    pub fn code(self, code: i32) -> Run {
+        assert_eq!(
+            self.code, code,
+            "expected exit {code}\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+    pub fn all(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+impl From<Output> for Run {
+    fn from(o: Output) -> Run {
+        Run {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_heddle")
+}
+
+impl Project {
+    pub fn new() -> Project {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".heddle")).unwrap();
+        let cache = dir.path().join("cache");
+        Project { dir, cache }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn file(&self, rel: &str, text: &str) -> &Project {
+        let p = self.path(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+        self
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.path(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
+    }
+
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(bin());
+        c.current_dir(self.root())
+            .env("HEDDLE_CACHE_DIR", &self.cache)
+            .args(args);
+        c
+    }
+
+    pub fn heddle(&self, args: &[&str]) -> Run {
+        self.cmd(args).output().unwrap().into()
+    }
+
+    /// `heddle run --progress plain` with extra args.
+    pub fn run(&self, pipeline: &str, extra: &[&str]) -> Run {
+        let mut args = vec!["run", pipeline, "--progress", "plain"];
+        args.extend_from_slice(extra);
+        self.heddle(&args)
+    }
+
+    /// Lines appended by stages to the side-effect log `ran.log`.
+    pub fn ran(&self) -> Vec<String> {
+        let p = self.path("ran.log");
+        let mut v: Vec<String> = std::fs::read_to_string(&p)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        v.sort();
+        v
+    }
+
+    pub fn clear_ran(&self) {
+        let _ = std::fs::remove_file(self.path("ran.log"));
+    }
+
+    /// Shell snippet that appends the running instance's label to the side-effect log.
+    pub fn log(&self) -> String {
+        // Escaped quotes: the snippet goes inside a TOML basic string.
+        format!(
+            "echo \\\"$HEDDLE_INSTANCE\\\" >> '{}'",
+            self.path("ran.log").display()
+        )
+    }
+}
