@@ -221,14 +221,22 @@ impl Store {
             .map_err(CacheError::io("create", tmp.path()))?;
         f.write_all(bytes)
             .map_err(CacheError::io("write", tmp.path()))?;
+        // Stamp through the open descriptor: no second open of the file.
+        f.set_modified(blob_mtime())
+            .map_err(CacheError::io("set mtime of", tmp.path()))?;
         drop(f);
-        self.seal_blob(tmp, digest)
+        set_readonly(tmp.path(), false).map_err(CacheError::io("make read-only", tmp.path()))?;
+        self.rename_blob(tmp, digest)
     }
 
     /// Give a temp file the blob mtime sentinel and read-only mode, then rename it into place.
     fn seal_blob(&self, tmp: TempPath, digest: &Digest) -> Result<(), CacheError> {
         fsutil::reset_blob_mtime(tmp.path()).map_err(CacheError::io("set mtime of", tmp.path()))?;
         set_readonly(tmp.path(), false).map_err(CacheError::io("make read-only", tmp.path()))?;
+        self.rename_blob(tmp, digest)
+    }
+
+    fn rename_blob(&self, tmp: TempPath, digest: &Digest) -> Result<(), CacheError> {
         let dest = self.blob_path(digest);
         if let Err(e) = fs::rename(tmp.path(), &dest) {
             // The shard folder may have been removed by hand; anything else is real.
@@ -252,22 +260,19 @@ impl Store {
     /// Make every blob written so far durable (the group commit). `record_action` calls this
     /// before its entry becomes visible; callers may call it earlier to bound the batch.
     pub fn sync_pending(&self) -> Result<(), CacheError> {
-        self.sync_pending_with(None)
+        self.sync_pending_with(&[])
     }
 
-    fn sync_pending_with(&self, extra: Option<&Path>) -> Result<(), CacheError> {
+    fn sync_pending_with(&self, extra: &[PathBuf]) -> Result<(), CacheError> {
         if self.durability == Durability::None {
             return Ok(());
         }
         let _commit = self.sync_lock.lock().expect("sync lock poisoned");
-        let mut batch = std::mem::take(&mut *self.pending.lock().expect("pending poisoned"));
-        if let Some(p) = extra {
-            batch.push(p.to_path_buf());
-        }
-        if batch.is_empty() {
+        let batch = std::mem::take(&mut *self.pending.lock().expect("pending poisoned"));
+        if batch.is_empty() && extra.is_empty() {
             return Ok(());
         }
-        let result = sync_files(&self.root, &batch);
+        let result = sync_files(&self.root, &batch, extra);
         if result.is_err() {
             // Keep them pending so a later commit retries; never report them durable.
             self.pending.lock().expect("pending poisoned").extend(batch);
@@ -557,37 +562,52 @@ impl Store {
     /// durable (one group commit, which also covers the entry's own temp file) before the
     /// entry is renamed into place; then appends the key to its family's index.
     pub fn record_action(&self, entry: &ActionEntry) -> Result<(), CacheError> {
-        let mut blobs = BTreeSet::new();
-        for out in entry.outputs.values() {
-            self.output_blobs(out, &mut blobs)?;
-        }
-        for d in &blobs {
-            if !self.has_blob(d) {
-                return Err(CacheError::MissingBlob { digest: *d });
+        self.record_actions(std::slice::from_ref(entry))
+    }
+
+    /// Record several actions with one group commit: every pending blob and every entry's
+    /// temp file are made durable together, then the entries are renamed into place. A runner
+    /// that finishes many stages at once saves an fsync round per stage this way.
+    pub fn record_actions(&self, entries: &[ActionEntry]) -> Result<(), CacheError> {
+        let mut temps = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let mut blobs = BTreeSet::new();
+            for out in entry.outputs.values() {
+                self.output_blobs(out, &mut blobs)?;
             }
-        }
-        let bytes =
-            serde_json::to_vec_pretty(entry).map_err(|source| CacheError::EncodeAction {
-                key: entry.key,
-                source,
-            })?;
-        let tmp = TempPath::new(self.tmp.join(unique_name("a-")));
-        fs::write(tmp.path(), &bytes).map_err(CacheError::io("write", tmp.path()))?;
-        self.sync_pending_with(Some(tmp.path()))?;
-        let dest = self.action_path(&entry.key);
-        if let Err(e) = rename_replace(tmp.path(), &dest) {
-            if e.kind() != io::ErrorKind::NotFound {
-                return Err(CacheError::Io {
-                    op: "rename into",
-                    path: dest,
-                    source: e,
-                });
+            for d in &blobs {
+                if !self.has_blob(d) {
+                    return Err(CacheError::MissingBlob { digest: *d });
+                }
             }
-            fsutil::create_dir_all(dest.parent().expect("action path has a shard"))?;
-            rename_replace(tmp.path(), &dest).map_err(CacheError::io("rename into", &dest))?;
+            let bytes =
+                serde_json::to_vec_pretty(entry).map_err(|source| CacheError::EncodeAction {
+                    key: entry.key,
+                    source,
+                })?;
+            let tmp = TempPath::new(self.tmp.join(unique_name("a-")));
+            fs::write(tmp.path(), &bytes).map_err(CacheError::io("write", tmp.path()))?;
+            temps.push(tmp);
         }
-        tmp.keep();
-        self.append_family(&entry.family, &entry.key)
+        let paths: Vec<PathBuf> = temps.iter().map(|t| t.path().to_path_buf()).collect();
+        self.sync_pending_with(&paths)?;
+        for (entry, tmp) in entries.iter().zip(temps) {
+            let dest = self.action_path(&entry.key);
+            if let Err(e) = rename_replace(tmp.path(), &dest) {
+                if e.kind() != io::ErrorKind::NotFound {
+                    return Err(CacheError::Io {
+                        op: "rename into",
+                        path: dest,
+                        source: e,
+                    });
+                }
+                fsutil::create_dir_all(dest.parent().expect("action path has a shard"))?;
+                rename_replace(tmp.path(), &dest).map_err(CacheError::io("rename into", &dest))?;
+            }
+            tmp.keep();
+            self.append_family(&entry.family, &entry.key)?;
+        }
+        Ok(())
     }
 
     pub(crate) fn append_family(&self, family: &str, key: &Digest) -> Result<(), CacheError> {
@@ -635,17 +655,22 @@ impl Store {
     }
 }
 
-/// fsync a batch of files and the folders holding them. On Linux a large batch is one
-/// `syncfs`, which costs one journal flush however many files it covers.
-fn sync_files(root: &Path, files: &[PathBuf]) -> Result<(), CacheError> {
+/// fsync a batch of renamed-into-place files and the folders holding them (so the renames
+/// are durable too), plus `contents_only` files (temp files about to be renamed, whose
+/// directory entries do not matter). On Linux a very large batch is one `syncfs` instead: it
+/// is one journal flush however many files it covers, but it also flushes every other dirty
+/// file on the filesystem, so it is not used for the usual handful.
+fn sync_files(root: &Path, files: &[PathBuf], contents_only: &[PathBuf]) -> Result<(), CacheError> {
     #[cfg(target_os = "linux")]
-    if files.len() > SYNCFS_THRESHOLD {
+    if files.len() + contents_only.len() > SYNCFS_THRESHOLD {
         return fsutil::syncfs(root).map_err(CacheError::io("syncfs", root));
     }
     let _ = root;
     let mut dirs = BTreeSet::new();
-    for f in files {
+    for f in files.iter().chain(contents_only) {
         fsutil::fsync_path(f).map_err(CacheError::io("fsync", f))?;
+    }
+    for f in files {
         if let Some(d) = f.parent() {
             dirs.insert(d.to_path_buf());
         }
@@ -657,7 +682,7 @@ fn sync_files(root: &Path, files: &[PathBuf]) -> Result<(), CacheError> {
 }
 
 #[cfg(target_os = "linux")]
-const SYNCFS_THRESHOLD: usize = 4;
+const SYNCFS_THRESHOLD: usize = 64;
 
 fn make_symlink(target: &str, at: &Path) -> Result<(), CacheError> {
     #[cfg(unix)]
