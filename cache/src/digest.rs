@@ -12,12 +12,16 @@ use crate::CacheError;
 
 /// A sha256 digest. Displayed, parsed and serialised as 64 lowercase hex characters.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Digest(pub [u8; 32]);
+pub struct Digest([u8; 32]);
 
 impl Digest {
     /// The digest of `bytes`.
     pub fn of_bytes(bytes: &[u8]) -> Digest {
         Digest(Sha256::digest(bytes).into())
+    }
+
+    pub const fn from_bytes(bytes: [u8; 32]) -> Digest {
+        Digest(bytes)
     }
 
     /// The first 12 hex characters, for display.

@@ -60,8 +60,6 @@ pub struct Store {
     pub(crate) presence: Mutex<File>,
 }
 
-const SHARDS: usize = 256;
-
 impl Store {
     /// Open (creating if needed) a store rooted at `root`.
     pub fn open(root: &Path) -> Result<Store, CacheError> {
@@ -74,16 +72,10 @@ impl Store {
         let families = root.join("families");
         let locks = root.join("locks");
         let tmp = root.join("tmp");
-        for d in [&families, &locks, &tmp] {
+        // Shard folders are made on first use (a rename that finds no folder creates it):
+        // making all 512 up front costs a visible fraction of a second on a busy disk.
+        for d in [&objects, &actions, &families, &locks, &tmp] {
             fsutil::create_dir_all(d)?;
-        }
-        // Pre-create the shard folders once so the hot paths never need a mkdir.
-        for base in [&objects, &actions] {
-            if !base.join("ff").is_dir() {
-                for i in 0..SHARDS {
-                    fsutil::create_dir_all(&base.join(format!("{i:02x}")))?;
-                }
-            }
         }
         let presence_path = locks.join("store.lock");
         let presence = OpenOptions::new()
@@ -163,7 +155,9 @@ impl Store {
             let mut scan = scan_tree(path, &mut |p, m| self.put_file(p, m).map(|(d, _, _)| d))?;
             let bytes = encode_tree(&mut scan.entries);
             let digest = Digest::of_bytes(&bytes);
-            if !self.has_blob(&digest) {
+            if self.has_blob(&digest) {
+                self.note_existing(&digest);
+            } else {
                 self.write_blob_bytes(&digest, &bytes)?;
             }
             Ok(OutputEntry::Dir {
@@ -189,13 +183,16 @@ impl Store {
             // One read serves both the hash and the copy.
             let bytes = fs::read(path).map_err(CacheError::io("read", path))?;
             let digest = Digest::of_bytes(&bytes);
-            if !self.has_blob(&digest) {
+            if self.has_blob(&digest) {
+                self.note_existing(&digest);
+            } else {
                 self.write_blob_bytes(&digest, &bytes)?;
             }
             return Ok((digest, bytes.len() as u64, executable));
         }
         let digest = hash_file(path)?;
         if self.blob_state(&digest, Some(meta.len()))? == BlobState::Ok {
+            self.note_existing(&digest);
             return Ok((digest, meta.len(), executable));
         }
         let tmp = TempPath::new(self.tmp.join(unique_name("b-")));
@@ -209,6 +206,18 @@ impl Store {
         }
         self.seal_blob(tmp, &digest)?;
         Ok((digest, meta.len(), executable))
+    }
+
+    /// A blob this call did not write may have been written by another process a moment ago
+    /// and not be durable yet; include it in the next group commit (fsync of a clean file is
+    /// cheap).
+    fn note_existing(&self, digest: &Digest) {
+        if self.durability != Durability::None {
+            self.pending
+                .lock()
+                .expect("pending poisoned")
+                .push(self.blob_path(digest));
+        }
     }
 
     /// Store bytes as a blob named `digest` (the caller computed it).

@@ -525,7 +525,15 @@ fn stat_cache_skips_rehash_when_unchanged() {
 
 #[test]
 fn lookups_are_cheap() {
-    let (dir, s) = store();
+    let dir = tempfile::tempdir().unwrap();
+    // Durability does not change lookups; skip the fsyncs to keep the test quick.
+    let s = Store::open_with(
+        &dir.path().join("store"),
+        crate::StoreOptions {
+            durability: crate::Durability::None,
+        },
+    )
+    .unwrap();
     let mut keys = Vec::new();
     for i in 0..1000u32 {
         let p = dir.path().join("o");
@@ -543,4 +551,54 @@ fn lookups_are_cheap() {
     eprintln!("1000 lookups: {el:?}");
     // Generous: debug build, loaded CI machine.
     assert!(el < std::time::Duration::from_secs(2), "{el:?}");
+}
+
+#[test]
+fn record_actions_batch_and_verify_reports_torn_entries() {
+    let (dir, s) = store();
+    let mut batch = Vec::new();
+    for i in 0..5 {
+        let p = dir.path().join(format!("o{i}"));
+        fs::write(&p, format!("{i}")).unwrap();
+        let out = s.put_output(&p).unwrap();
+        batch.push(action(&format!("k{i}"), "b", &[("o", out)], 1, i));
+    }
+    s.record_actions(&batch).unwrap();
+    assert_eq!(s.actions_in_family("b").unwrap().len(), 5);
+    let p = s.action_path(&batch[0].key);
+    fs::write(&p, b"{\"key\": ").unwrap();
+    fs::create_dir_all(s.root().join("objects/ab")).unwrap();
+    let stray = s.root().join("objects/ab/not-a-digest");
+    fs::write(&stray, b"x").unwrap();
+    let r = s.verify().unwrap();
+    assert_eq!(r.bad.len(), 2, "{r:?}");
+    assert!(r
+        .bad
+        .iter()
+        .any(|b| matches!(b, crate::BadEntry::BadAction { .. })));
+    assert!(r
+        .bad
+        .iter()
+        .any(|b| matches!(b, crate::BadEntry::StrayObject { .. })));
+    assert!(s.verify().unwrap().is_clean());
+    assert_eq!(s.actions_in_family("b").unwrap().len(), 4);
+}
+
+#[test]
+fn is_materialized_uses_stat_records() {
+    let (dir, s) = store();
+    let p = dir.path().join("big");
+    fs::write(&p, big(500_000, 4)).unwrap();
+    let out = s.put_output(&p).unwrap();
+    let stats = StatCache::load(&dir.path().join("stats.json"));
+    let dest = dir.path().join("dest");
+    s.materialize_recorded(&out, &dest, &stats).unwrap();
+    for _ in 0..3 {
+        assert!(s.is_materialized(&out, &dest, &stats));
+    }
+    assert_eq!(stats.hash_count(), 0);
+    crate::fsutil::remove_any(&dest).unwrap();
+    fs::write(&dest, b"something else").unwrap();
+    assert!(!s.is_materialized(&out, &dest, &stats));
+    assert!(!s.is_materialized(&out, &dir.path().join("absent"), &stats));
 }
