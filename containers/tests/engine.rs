@@ -443,7 +443,18 @@ async fn unreachable_engine_says_what_to_fix() {
         "{message}"
     );
     assert!(message.contains("is the daemon running"), "{message}");
+
+    let err = Engine::connect(Some("tcp://127.0.0.1:1"))
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.starts_with("cannot reach the Docker Engine at tcp://127.0.0.1:1: "),
+        "{message}"
+    );
+    assert!(message.contains("refused"), "{message}");
     eprintln!("{message}");
+    assert!(!message.contains('\n'), "{message}");
 }
 
 #[tokio::test]
@@ -454,4 +465,42 @@ async fn engine_negotiates_an_older_api() {
     // bollard speaks a newer API than this engine; negotiation must have brought it down.
     let version = f.engine.api_version();
     assert!(version.starts_with("1."), "{version}");
+}
+
+#[tokio::test]
+async fn missing_executable_fails_and_leaves_nothing() {
+    let Some(f) = Fixture::new("noexec").await else {
+        return;
+    };
+    let mut spec = f.spec("");
+    spec.cmd = vec!["/no/such/binary".into()];
+    // The init execs the command, so this is an exit code (127, like a shell) with the reason
+    // on stderr, not a start error.
+    let outcome = f.run(&spec).await;
+    assert_eq!(outcome, ContainerOutcome::Exited { code: 127 });
+    assert!(f.stderr().contains("/no/such/binary"), "{}", f.stderr());
+    assert_eq!(f.count().await, 0);
+}
+
+#[tokio::test]
+async fn missing_mount_source_is_an_error_naming_the_image() {
+    let Some(f) = Fixture::new("nomount").await else {
+        return;
+    };
+    let mut spec = f.spec("true");
+    spec.mounts.push(Mount {
+        host: f.dir.path().join("absent"),
+        container: "/in".into(),
+        read_only: true,
+    });
+    let err = f
+        .engine
+        .run(&spec, None, CancellationToken::new())
+        .await
+        .unwrap_err();
+    let cause = std::error::Error::source(&err).unwrap().to_string();
+    assert!(cause.contains("bind source path does not exist"), "{cause}");
+    assert!(matches!(err, ContainerError::Create { .. }), "{err:?}");
+    assert!(err.to_string().contains(&f.image), "{err}");
+    assert_eq!(f.count().await, 0);
 }
