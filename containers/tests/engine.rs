@@ -504,3 +504,29 @@ async fn missing_mount_source_is_an_error_naming_the_image() {
     assert!(err.to_string().contains(&f.image), "{err}");
     assert_eq!(f.count().await, 0);
 }
+
+#[tokio::test]
+async fn devices_and_limits_reach_the_container() {
+    let Some(f) = Fixture::new("limits").await else {
+        return;
+    };
+    let mut spec = f.spec(
+        "test -c /dev/heddle-null && echo device; \
+         df -k /dev/shm | tail -n 1 | awk '{print $2}'; \
+         cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu.max 2>/dev/null | head -n 1; \
+         cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/memory.max 2>/dev/null | head -n 1",
+    );
+    spec.devices = vec!["/dev/null:/dev/heddle-null:rw".into()];
+    spec.shm_size = Some(heddle_containers::parse_size("32m").unwrap());
+    spec.cpus = Some(1.5);
+    spec.memory = Some(heddle_containers::parse_size("256m").unwrap());
+    assert_eq!(f.run(&spec).await, ContainerOutcome::Exited { code: 0 });
+    let out = f.stdout();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert_eq!(lines[0], "device");
+    assert_eq!(lines[1], "32768", "shm size in KiB");
+    // cgroup v1: quota per 100ms period; v2: "quota period".
+    assert!(lines[2] == "150000" || lines[2] == "150000 100000", "{out}");
+    assert_eq!(lines[3], (256u64 << 20).to_string());
+}
