@@ -20,10 +20,22 @@
 //! Every object and entry is written to `tmp/` under a drop guard and renamed into place, so a
 //! reader sees a whole file or none. An action entry is renamed into place only after the blobs
 //! it references are durable ([`Durability::GroupCommit`]: `put_output` writes without fsync and
-//! `record_action` makes the whole batch plus the entry's temp file durable with one
-//! `syncfs` (Linux, large batches) or a few fsyncs). A process killed at any moment leaves at
+//! `record_action` makes the whole batch plus the entry's temp file durable before renaming
+//! the entry into place). A process killed at any moment leaves at
 //! most temp files, which `verify` removes; a torn or unparsable entry or a missing blob reads
 //! as a miss, never a panic.
+//!
+//! ## Why a group commit
+//!
+//! On the development machine (ext4 on a virtual disk, shared and busy) an fsync costs 4–5 ms
+//! and creating a file 0.03–1 ms, so a durable `record_action` per stage (fsync of the blob,
+//! of the entry, of the shard folder) costs ~7 ms, over the ~2 ms per-stage budget. Writing
+//! blobs unsynced and making one batch durable per commit keeps the ordering guarantee (no entry
+//! is visible before its blobs are durable) while [`Store::record_actions`] amortises the fsyncs
+//! over many stages: 1,000 stages recorded 50 at a time cost ~1.4 ms each, the same as with
+//! [`Durability::None`]. `syncfs` is used only for very large batches: it also flushes every
+//! other dirty file on the filesystem (container layers, build trees), which can take seconds.
+//! Run `cargo run --release -p heddle-cache --example store_bench` to measure.
 //!
 //! # A materialised output cannot corrupt the store
 //!
@@ -59,7 +71,7 @@ pub use error::CacheError;
 pub use lock::KeyLock;
 pub use maintenance::{BadEntry, DuReport, FamilyUsage, GcReport, VerifyReport};
 pub use statcache::StatCache;
-pub use store::{Durability, Store, StoreOptions};
+pub use store::{BlobStore, Durability, Store, StoreOptions};
 pub use tree::{decode_tree, encode_tree, TreeEntry, TREE_TAG};
 
 #[cfg(test)]

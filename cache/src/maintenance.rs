@@ -277,16 +277,29 @@ impl Store {
                     continue;
                 }
             };
+            // A blob not seen by the scan above but present now was written by a concurrent
+            // process after the scan: not missing.
+            let present = |d: &Digest| good.contains(d) || self.has_blob(d);
             let mut missing = None;
             'outs: for out in entry.outputs.values() {
                 let d = out.digest();
-                if !good.contains(&d) {
+                if !present(&d) {
                     missing = Some(d);
                     break;
                 }
                 if let crate::OutputEntry::Dir { .. } = out {
-                    for m in trees.get(&d).map(Vec::as_slice).unwrap_or_default() {
-                        if !good.contains(m) {
+                    let members = match trees.get(&d) {
+                        Some(m) => m.clone(),
+                        None => {
+                            let mut all = BTreeSet::new();
+                            match self.output_blobs(out, &mut all) {
+                                Ok(()) => all.into_iter().collect(),
+                                Err(_) => vec![d],
+                            }
+                        }
+                    };
+                    for m in &members {
+                        if !present(m) {
                             missing = Some(*m);
                             break 'outs;
                         }

@@ -602,3 +602,14 @@ fn is_materialized_uses_stat_records() {
     assert!(!s.is_materialized(&out, &dest, &stats));
     assert!(!s.is_materialized(&out, &dir.path().join("absent"), &stats));
 }
+
+#[test]
+fn blob_store_trait_get_put_contains() {
+    use crate::BlobStore;
+    let (_dir, s) = store();
+    let d = s.put(b"bytes").unwrap();
+    assert!(s.contains(&d));
+    assert_eq!(s.get(&d).unwrap().unwrap(), b"bytes");
+    assert_eq!(s.put(b"bytes").unwrap(), d);
+    assert!(s.get(&Digest::of_bytes(b"nope")).unwrap().is_none());
+}
