@@ -63,6 +63,8 @@ pub enum Reason {
     UpstreamRuns {
         upstream: String,
     },
+    /// The stage ran before, but never with these matrix values.
+    NewInstance,
     EnvNotProvisioned {
         env: String,
     },
@@ -113,6 +115,7 @@ impl fmt::Display for Reason {
             Reason::NoCache => write!(f, "--no-cache"),
             Reason::NotCacheable => write!(f, "not cacheable (cache = false)"),
             Reason::UpstreamRuns { upstream } => write!(f, "upstream {upstream} will run"),
+            Reason::NewInstance => write!(f, "new instance (never run with these matrix values)"),
             Reason::EnvNotProvisioned { env } => write!(f, "env {env} not provisioned yet"),
             Reason::Changed { changes } => {
                 let parts: Vec<String> = changes.iter().map(|c| c.to_string()).collect();

@@ -17,6 +17,7 @@ use crate::diag::{Diagnostic, Diagnostics};
 use crate::model::{
     check_param, value_text, InputKind, Pipeline, RunTemplate, Selector, Stage, WithValue,
 };
+use crate::spec::GpuSpec;
 use crate::template::{Rendered, Template};
 
 pub type Matrix = BTreeMap<String, Value>;
@@ -52,6 +53,8 @@ pub struct Instance {
     pub deps: Vec<usize>,
     /// The image reference, rendered, for container stages.
     pub image: Option<String>,
+    /// GPUs for container stages, with any template rendered.
+    pub gpus: Option<crate::spec::GpuSpec>,
 }
 
 #[derive(Debug)]
@@ -329,6 +332,22 @@ pub fn build(pipeline: Arc<Pipeline>) -> Result<Plan, Diagnostics> {
                 },
                 None => None,
             };
+            let gpus = match s.container.as_ref().and_then(|c| c.gpus.clone()) {
+                Some(GpuSpec::Template(t)) => {
+                    let rendered = Template::parse(&t)
+                        .map_err(|e| e.message)
+                        .and_then(|tp| tp.render_plain(|path| lookup_scalar(path, &params, &m)).map_err(|e| e.message))
+                        .and_then(|text| GpuSpec::from_text(&text));
+                    match rendered {
+                        Ok(g) => Some(g),
+                        Err(msg) => {
+                            errors.push(p.source.error(Some(s.name_span.clone()), format!("stage `{}`: gpus: {msg}", s.name)));
+                            continue;
+                        }
+                    }
+                }
+                other => other,
+            };
             instances.push(Instance {
                 id,
                 stage: si,
@@ -338,6 +357,7 @@ pub fn build(pipeline: Arc<Pipeline>) -> Result<Plan, Diagnostics> {
                 inputs,
                 deps: deps.into_iter().collect(),
                 image,
+                gpus,
             });
             by_stage[si].push(id);
         }

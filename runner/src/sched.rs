@@ -130,7 +130,7 @@ impl Context {
             (Some(c), Some(image)) => json!({
                 "kind": "docker",
                 "image_id": self.images.get(image).map(|i| i.id.clone()),
-                "gpus": c.gpus.as_ref().map(|g| format!("{g:?}")),
+                "gpus": inst.gpus.as_ref().map(|g| format!("{g:?}")),
                 "devices": c.devices,
                 "network": c.network,
                 "shm_size": c.shm_size,
@@ -997,8 +997,8 @@ async fn attempt_once(
                 .get(image)
                 .map(|i| i.id.clone())
                 .unwrap_or_else(|| image.clone()),
-            gpus: match &c.gpus {
-                None => heddle_containers::GpuRequest::None,
+            gpus: match &inst.gpus {
+                None | Some(crate::spec::GpuSpec::None) | Some(crate::spec::GpuSpec::Template(_)) => heddle_containers::GpuRequest::None,
                 Some(crate::spec::GpuSpec::All) => heddle_containers::GpuRequest::All,
                 Some(crate::spec::GpuSpec::Count(n)) => {
                     heddle_containers::GpuRequest::Count(*n as u32)

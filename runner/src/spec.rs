@@ -156,12 +156,32 @@ impl<'de> Deserialize<'de> for InputSpec {
     }
 }
 
-/// `gpus = "all" | 2 | ["0", "1"]`.
+/// `gpus = "all" | "none" | 2 | ["0", "1"]`, or a template such as `"{{ params.gpus }}"` that
+/// renders to one of those per instance (so a GPU-less machine can turn them off with `--set`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum GpuSpec {
+    None,
     All,
     Count(i64),
     Ids(Vec<String>),
+    Template(String),
+}
+
+impl GpuSpec {
+    /// Parse a rendered value: "all", "none"/"", a count, or comma-separated ids.
+    pub fn from_text(s: &str) -> Result<GpuSpec, String> {
+        let s = s.trim();
+        match s {
+            "all" => Ok(GpuSpec::All),
+            "none" | "" | "0" => Ok(GpuSpec::None),
+            _ if s.chars().all(|c| c.is_ascii_digit()) => Ok(GpuSpec::Count(s.parse().map_err(|e| format!("{e}"))?)),
+            _ if s.starts_with('[') => {
+                let v: Vec<String> = serde_json::from_str(s).map_err(|_| format!("gpus `{s}`: expected \"all\", \"none\", a count or ids"))?;
+                Ok(GpuSpec::Ids(v))
+            }
+            _ => Err(format!("gpus `{s}`: expected \"all\", \"none\", a count or an array of ids")),
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for GpuSpec {
@@ -170,16 +190,13 @@ impl<'de> Deserialize<'de> for GpuSpec {
         impl<'de> Visitor<'de> for V {
             type Value = GpuSpec;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("\"all\", a count, or an array of device ids")
+                f.write_str("\"all\", \"none\", a count, or an array of device ids")
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<GpuSpec, E> {
-                if s == "all" {
-                    Ok(GpuSpec::All)
-                } else {
-                    Err(E::custom(format!(
-                        "gpus = \"{s}\": expected \"all\", a count, or an array of ids"
-                    )))
+                if s.contains("{{") {
+                    return Ok(GpuSpec::Template(s.to_string()));
                 }
+                GpuSpec::from_text(s).map_err(E::custom)
             }
             fn visit_i64<E: de::Error>(self, n: i64) -> Result<GpuSpec, E> {
                 Ok(GpuSpec::Count(n))
