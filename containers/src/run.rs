@@ -37,7 +37,14 @@ impl Engine {
     /// written to `spec.stdout_log` / `spec.stderr_log` as it arrives and each line is also sent
     /// on `lines`. On `spec.timeout` or when `cancel` fires the container is stopped (SIGTERM,
     /// then SIGKILL after `spec.stop_grace`). The container is force-removed on every path; if
-    /// this future is dropped before it finishes, a drop guard spawns the removal.
+    /// this future is dropped before it finishes, a drop guard spawns the removal (the one
+    /// window it cannot cover is a drop while the create request itself is in flight;
+    /// [`Engine::remove_labelled`] is the backstop for that and for crashes).
+    ///
+    /// The container runs with the engine's init (`docker run --init`) as PID 1, so `sh -c`
+    /// scripts get SIGTERM on stop and zombies are reaped. A command that cannot be executed
+    /// is therefore `Exited { code: 127 }` with the init's reason on stderr, not a start error.
+    /// OOM is read from the container's state only for a nonzero exit.
     pub async fn run(
         &self,
         spec: &ContainerSpec,
