@@ -511,7 +511,7 @@ outputs = { o = "o" }
 "#
         .replace("__PID__", &p.path("pid").display().to_string()),
     );
-    let mut child = p
+    let child = p
         .cmd(&["run", "p.toml", "--progress", "plain"])
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -999,7 +999,7 @@ impl Loader {
         }
         let size = |f: &dyn Fn(&RawStage) -> Option<&Spanned<String>>| {
             first(&|s| f(s).is_some())
-                .and_then(|s| f(s))
+                .and_then(f)
                 .map(|v| v.get_ref().clone())
         };
         let shm_size = size(&|s| s.shm_size.as_ref());

@@ -336,12 +336,18 @@ pub fn build(pipeline: Arc<Pipeline>) -> Result<Plan, Diagnostics> {
                 Some(GpuSpec::Template(t)) => {
                     let rendered = Template::parse(&t)
                         .map_err(|e| e.message)
-                        .and_then(|tp| tp.render_plain(|path| lookup_scalar(path, &params, &m)).map_err(|e| e.message))
+                        .and_then(|tp| {
+                            tp.render_plain(|path| lookup_scalar(path, &params, &m))
+                                .map_err(|e| e.message)
+                        })
                         .and_then(|text| GpuSpec::from_text(&text));
                     match rendered {
                         Ok(g) => Some(g),
                         Err(msg) => {
-                            errors.push(p.source.error(Some(s.name_span.clone()), format!("stage `{}`: gpus: {msg}", s.name)));
+                            errors.push(p.source.error(
+                                Some(s.name_span.clone()),
+                                format!("stage `{}`: gpus: {msg}", s.name),
+                            ));
                             continue;
                         }
                     }

@@ -900,6 +900,9 @@ fn relative_paths(root: &Path, paths: BTreeMap<String, String>) -> BTreeMap<Stri
         .collect()
 }
 
+/// Stored outputs and where they were materialised.
+type Collected = (BTreeMap<String, OutputEntry>, BTreeMap<String, String>);
+
 /// One execution in a fresh sandbox: lay out inputs, run, collect and store outputs.
 async fn attempt_once(
     sh: &Arc<Shared>,
@@ -998,7 +1001,9 @@ async fn attempt_once(
                 .map(|i| i.id.clone())
                 .unwrap_or_else(|| image.clone()),
             gpus: match &inst.gpus {
-                None | Some(crate::spec::GpuSpec::None) | Some(crate::spec::GpuSpec::Template(_)) => heddle_containers::GpuRequest::None,
+                None
+                | Some(crate::spec::GpuSpec::None)
+                | Some(crate::spec::GpuSpec::Template(_)) => heddle_containers::GpuRequest::None,
                 Some(crate::spec::GpuSpec::All) => heddle_containers::GpuRequest::All,
                 Some(crate::spec::GpuSpec::Count(n)) => {
                     heddle_containers::GpuRequest::Count(*n as u32)
@@ -1092,21 +1097,33 @@ async fn attempt_once(
     let files = stage.outputs.clone();
     let dir = output_dir(&plan, &inst.label);
     let sb2 = sb.clone();
-    let collected = blocking(move || -> Result<(BTreeMap<String, OutputEntry>, BTreeMap<String, String>), (String, String)> {
+    let collected = blocking(move || -> Result<Collected, (String, String)> {
         let mut outs = BTreeMap::new();
         let mut paths = BTreeMap::new();
         for (name, file) in &files {
             let p = sb2.join("out").join(name).join(file);
             if std::fs::symlink_metadata(&p).is_err() {
-                return Err(("MissingOutput".into(), format!("output `{name}` ({file}) was not written")));
+                return Err((
+                    "MissingOutput".into(),
+                    format!("output `{name}` ({file}) was not written"),
+                ));
             }
-            let entry = store.put_output(&p).map_err(|e| ("HeddleError".to_string(), e.to_string()))?;
+            let entry = store
+                .put_output(&p)
+                .map_err(|e| ("HeddleError".to_string(), e.to_string()))?;
             outs.insert(name.clone(), entry);
         }
-        std::fs::create_dir_all(&dir).map_err(|e| ("HeddleError".to_string(), format!("failed to create {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            (
+                "HeddleError".to_string(),
+                format!("failed to create {}: {e}", dir.display()),
+            )
+        })?;
         for (name, entry) in &outs {
             let dest = dir.join(&files[name]);
-            store.materialize(entry, &dest).map_err(|e| ("HeddleError".to_string(), e.to_string()))?;
+            store
+                .materialize(entry, &dest)
+                .map_err(|e| ("HeddleError".to_string(), e.to_string()))?;
             stats.record(&dest, entry.digest());
             paths.insert(name.clone(), dest.to_string_lossy().into_owned());
         }

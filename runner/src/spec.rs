@@ -174,12 +174,18 @@ impl GpuSpec {
         match s {
             "all" => Ok(GpuSpec::All),
             "none" | "" | "0" => Ok(GpuSpec::None),
-            _ if s.chars().all(|c| c.is_ascii_digit()) => Ok(GpuSpec::Count(s.parse().map_err(|e| format!("{e}"))?)),
+            _ if s.chars().all(|c| c.is_ascii_digit()) => {
+                Ok(GpuSpec::Count(s.parse().map_err(|e| format!("{e}"))?))
+            }
             _ if s.starts_with('[') => {
-                let v: Vec<String> = serde_json::from_str(s).map_err(|_| format!("gpus `{s}`: expected \"all\", \"none\", a count or ids"))?;
+                let v: Vec<String> = serde_json::from_str(s).map_err(|_| {
+                    format!("gpus `{s}`: expected \"all\", \"none\", a count or ids")
+                })?;
                 Ok(GpuSpec::Ids(v))
             }
-            _ => Err(format!("gpus `{s}`: expected \"all\", \"none\", a count or an array of ids")),
+            _ => Err(format!(
+                "gpus `{s}`: expected \"all\", \"none\", a count or an array of ids"
+            )),
         }
     }
 }
