@@ -88,9 +88,10 @@ impl<'de> serde::Deserialize<'de> for Digest {
     }
 }
 
-/// Read buffer for [`hash_file`]. 1 MiB amortises the syscall and copy cost to well under
-/// the cost of hashing (sha2 uses SHA-NI where the CPU has it) while staying in L2/L3.
-const HASH_BUF: usize = 1 << 20;
+/// Read buffer for [`hash_file`]. Measured on a 1 GiB page-cached file: 64–128 KiB keeps the
+/// kernel's copy into the buffer inside L2, and the system time drops from ~0.6 s/GiB (1 MiB
+/// buffer) to ~0.1 s/GiB; user time is sha256 itself (SHA-NI through sha2's runtime detection).
+const HASH_BUF: usize = 128 * 1024;
 
 /// Files up to this size are read in one go and hashed from memory.
 pub(crate) const SMALL_FILE: u64 = 64 * 1024;
