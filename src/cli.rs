@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use heddle_cache::{Digest, StatCache, Store};
+use heddle_runner::lock::{self, LockFile};
 use heddle_runner::model::{self, LoadError, LoadOptions};
 use heddle_runner::plan::{self, Plan};
 use heddle_runner::prepare::{prepare, PrepareError, PrepareOptions};
@@ -71,6 +72,21 @@ enum Cmd {
     Plan {
         #[command(flatten)]
         p: PipelineArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the lock file from the cache (every instance must be cached).
+    Lock {
+        #[command(flatten)]
+        p: PipelineArgs,
+    },
+    /// Compare the pipeline as it stands with its lock file: what changed and why.
+    Status {
+        #[command(flatten)]
+        p: PipelineArgs,
+        /// Exit 1 when anything differs from the lock.
+        #[arg(long)]
+        check: bool,
         #[arg(long)]
         json: bool,
     },
@@ -360,6 +376,13 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
                 Ok(path) => eprintln!("run {}: {}", rec.run_id, display_rel(&path)),
                 Err(e) => eprintln!("warning: failed to save the run record: {e}"),
             }
+            if rec.status == RunStatus::Completed {
+                let path = lock::lock_path(&plan.pipeline.file);
+                match LockFile::from_record(&rec).write(&path) {
+                    Ok(_) => eprintln!("lock: {}", display_rel(&path)),
+                    Err(e) => eprintln!("warning: {e}"),
+                }
+            }
             for (label, r) in &rec.instances {
                 if r.status.status == Status::Failed {
                     eprintln!(
@@ -392,7 +415,8 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
                 &|_| {},
             )
             .await?;
-            let rows = sched::preview(&ctx, &RunOptions::default());
+            let history = sched::CacheHistory::new(&ctx.store);
+            let rows = sched::preview(&ctx, &RunOptions::default(), &history);
             let _ = stats.save();
             if *json {
                 println!("{}", serde_json::to_string_pretty(&rows).expect("json"));
@@ -413,6 +437,108 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
                 );
             }
             Ok(EXIT_OK)
+        }
+        Cmd::Lock { p } => {
+            let plan = Arc::new(load_plan(&cli, p)?);
+            let store = open_store(&cli)?;
+            let stats = stat_cache(&plan);
+            let ctx = prepare(
+                plan.clone(),
+                store,
+                stats.clone(),
+                PrepareOptions {
+                    provision_envs: false,
+                    resolve_images: true,
+                },
+                &|_| {},
+            )
+            .await?;
+            let history = sched::CacheHistory::new(&ctx.store);
+            let rows = sched::preview(&ctx, &RunOptions::default(), &history);
+            let _ = stats.save();
+            let missing: Vec<&str> = rows
+                .iter()
+                .filter(|r| !r.cached)
+                .map(|r| r.label.as_str())
+                .collect();
+            if !missing.is_empty() {
+                return Err(Fail {
+                    code: EXIT_STAGE_FAILED,
+                    msg: format!(
+                        "error: {} instances are not in the cache ({}); run the pipeline first",
+                        missing.len(),
+                        missing.join(", ")
+                    ),
+                });
+            }
+            let path = lock::lock_path(&plan.pipeline.file);
+            let lockfile = LockFile::from_rows(&plan, &ctx.images, &rows);
+            lockfile
+                .write(&path)
+                .map_err(|e| Fail::invalid(format!("error: {e}")))?;
+            println!("wrote {}", display_rel(&path));
+            Ok(EXIT_OK)
+        }
+        Cmd::Status { p, check, json } => {
+            let plan = Arc::new(load_plan(&cli, p)?);
+            let path = lock::lock_path(&plan.pipeline.file);
+            let lockfile = LockFile::read(&path).map_err(|e| Fail::invalid(format!("error: {e}\n  = help: `heddle run` writes it after a successful run; `heddle lock` writes it from the cache")))?;
+            let store = open_store(&cli)?;
+            let stats = stat_cache(&plan);
+            let ctx = prepare(
+                plan.clone(),
+                store,
+                stats.clone(),
+                PrepareOptions {
+                    provision_envs: false,
+                    resolve_images: true,
+                },
+                &|_| {},
+            )
+            .await?;
+            let rows = sched::preview(&ctx, &RunOptions::default(), &lockfile);
+            let _ = stats.save();
+            let labels: BTreeSet<&str> = rows.iter().map(|r| r.label.as_str()).collect();
+            let removed: Vec<&str> = lockfile
+                .instances
+                .iter()
+                .map(|i| i.label.as_str())
+                .filter(|l| !labels.contains(l))
+                .collect();
+            let changed = rows.iter().filter(|r| !r.cached).count();
+            if *json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({"lock": path, "instances": rows, "removed": removed})
+                    )
+                    .expect("json")
+                );
+            } else {
+                let width = rows.iter().map(|r| r.label.len()).max().unwrap_or(0);
+                for r in &rows {
+                    if r.cached {
+                        println!("same     {:width$}", r.label);
+                    } else {
+                        println!("changed  {:width$}  {}", r.label, r.reason);
+                    }
+                }
+                for l in &removed {
+                    println!("removed  {l}");
+                }
+                println!(
+                    "{} instances against {}: {} as locked, {changed} changed, {} removed",
+                    rows.len(),
+                    display_rel(&path),
+                    rows.len() - changed,
+                    removed.len()
+                );
+            }
+            Ok(if *check && (changed > 0 || !removed.is_empty()) {
+                EXIT_STAGE_FAILED
+            } else {
+                EXIT_OK
+            })
         }
         Cmd::Dag { p, format } => {
             let plan = load_plan(&cli, p)?;

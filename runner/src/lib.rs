@@ -11,6 +11,7 @@
 pub mod diag;
 pub mod exec;
 pub mod key;
+pub mod lock;
 pub mod model;
 pub mod plan;
 pub mod prepare;

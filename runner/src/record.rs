@@ -74,6 +74,9 @@ pub struct InstanceRecord {
     pub command: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logs: Option<[String; 2]>,
+    /// The expanded cache key, so a record says exactly what its key was made of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_parts: Option<Value>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

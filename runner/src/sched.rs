@@ -275,70 +275,129 @@ pub struct PlanRow {
     pub cached: bool,
     pub reason: Reason,
     pub key: Option<String>,
+    /// The expanded key, when it could be computed.
+    #[serde(skip)]
+    pub parts: Option<KeyParts>,
+    /// The outputs the history knows for this key (a hit).
+    #[serde(skip)]
+    pub outputs: Option<BTreeMap<String, OutputEntry>>,
 }
 
-pub fn preview(ctx: &Context, opts: &RunOptions) -> Vec<PlanRow> {
+/// Where a preview learns what was computed before: the action cache (`heddle plan`) or a lock
+/// file (`heddle status`).
+pub trait History {
+    /// The outputs recorded for this instance under this key, if any.
+    fn lookup(
+        &self,
+        label: &str,
+        family: &str,
+        key: &Digest,
+    ) -> Option<BTreeMap<String, OutputEntry>>;
+    /// Why this instance's key is not in the history.
+    fn explain(&self, label: &str, family: &str, parts: &KeyParts) -> Reason;
+}
+
+/// The action cache as history: every key ever recorded.
+pub struct CacheHistory<'a> {
+    pub store: &'a Store,
+    families: std::sync::Mutex<BTreeMap<String, Vec<ActionEntry>>>,
+}
+
+impl<'a> CacheHistory<'a> {
+    pub fn new(store: &'a Store) -> Self {
+        CacheHistory {
+            store,
+            families: Default::default(),
+        }
+    }
+}
+
+impl History for CacheHistory<'_> {
+    fn lookup(
+        &self,
+        _label: &str,
+        _family: &str,
+        key: &Digest,
+    ) -> Option<BTreeMap<String, OutputEntry>> {
+        self.store
+            .lookup_action(key)
+            .ok()
+            .flatten()
+            .map(|e| e.outputs)
+    }
+    fn explain(&self, _label: &str, family: &str, parts: &KeyParts) -> Reason {
+        let mut fams = self.families.lock().expect("families");
+        let earlier = fams
+            .entry(family.to_string())
+            .or_insert_with(|| self.store.actions_in_family(family).unwrap_or_default());
+        explain(parts, earlier)
+    }
+}
+
+pub fn preview(ctx: &Context, opts: &RunOptions, history: &dyn History) -> Vec<PlanRow> {
     let plan = &ctx.plan;
     let mut known: Vec<Option<Done>> = vec![None; plan.instances.len()];
     let mut rows = Vec::with_capacity(plan.instances.len());
-    let mut families: BTreeMap<String, Vec<ActionEntry>> = BTreeMap::new();
     for &id in &plan.order {
         let inst = &plan.instances[id];
         let stage = plan.stage_of(id);
-        let pending = inst.deps.iter().find(|d| known[**d].is_none());
-        if let Some(&d) = pending {
-            rows.push(PlanRow {
+        let row =
+            |cached, reason, key: Option<&Digest>, parts: Option<KeyParts>, outputs| PlanRow {
                 label: inst.label.clone(),
-                cached: false,
-                reason: Reason::UpstreamRuns {
-                    upstream: plan.instances[d].label.clone(),
-                },
-                key: None,
-            });
+                cached,
+                reason,
+                key: key.map(|k| k.to_string()),
+                parts,
+                outputs,
+            };
+        if let Some(&d) = inst.deps.iter().find(|d| known[**d].is_none()) {
+            let upstream = plan.instances[d].label.clone();
+            rows.push(row(
+                false,
+                Reason::UpstreamRuns { upstream },
+                None,
+                None,
+                None,
+            ));
             continue;
         }
         if let Some(e) = stage.env.as_ref().filter(|e| !ctx.envs.contains_key(*e)) {
-            rows.push(PlanRow {
-                label: inst.label.clone(),
-                cached: false,
-                reason: Reason::EnvNotProvisioned { env: e.clone() },
-                key: None,
-            });
+            rows.push(row(
+                false,
+                Reason::EnvNotProvisioned { env: e.clone() },
+                None,
+                None,
+                None,
+            ));
             continue;
         }
-        let inputs = match resolve_inputs(ctx, id, &known) {
-            Ok(i) => i,
-            Err(_) => {
-                rows.push(PlanRow {
-                    label: inst.label.clone(),
-                    cached: false,
-                    reason: Reason::NeverRun,
-                    key: None,
-                });
-                continue;
-            }
+        let Ok(inputs) = resolve_inputs(ctx, id, &known) else {
+            rows.push(row(false, Reason::NeverRun, None, None, None));
+            continue;
         };
         let parts = ctx.key_parts(id, &inputs);
         let key = parts.digest();
         let forced = opts.force.contains(&stage.name);
+        let fam = family(plan, stage);
         let hit = if stage.cache && !forced && !opts.no_cache {
-            ctx.store.lookup_action(&key).ok().flatten()
+            history.lookup(&inst.label, &fam, &key)
         } else {
             None
         };
         match hit {
-            Some(entry) => {
+            Some(outputs) => {
                 known[id] = Some(Done {
                     status: ok_status(&inst.label, &inst.matrix),
-                    outputs: entry.outputs.clone(),
+                    outputs: outputs.clone(),
                     record: empty_record(stage),
                 });
-                rows.push(PlanRow {
-                    label: inst.label.clone(),
-                    cached: true,
-                    reason: Reason::Cached,
-                    key: Some(key.to_string()),
-                });
+                rows.push(row(
+                    true,
+                    Reason::Cached,
+                    Some(&key),
+                    Some(parts),
+                    Some(outputs),
+                ));
             }
             None => {
                 let reason = if forced {
@@ -348,18 +407,9 @@ pub fn preview(ctx: &Context, opts: &RunOptions) -> Vec<PlanRow> {
                 } else if !stage.cache {
                     Reason::NotCacheable
                 } else {
-                    let fam = family(plan, stage);
-                    let earlier = families
-                        .entry(fam.clone())
-                        .or_insert_with(|| ctx.store.actions_in_family(&fam).unwrap_or_default());
-                    explain(&parts, earlier)
+                    history.explain(&inst.label, &fam, &parts)
                 };
-                rows.push(PlanRow {
-                    label: inst.label.clone(),
-                    cached: false,
-                    reason,
-                    key: Some(key.to_string()),
-                });
+                rows.push(row(false, reason, Some(&key), Some(parts), None));
             }
         }
     }
@@ -398,6 +448,7 @@ fn empty_record(stage: &Stage) -> InstanceRecord {
         image: None,
         command: None,
         logs: None,
+        key_parts: None,
     }
 }
 
@@ -651,6 +702,7 @@ async fn process(sh: &Arc<Shared>, id: usize, inputs: BTreeMap<String, Resolved>
     let cacheable = stage.cache && !forced && !sh.opts.no_cache;
     let mut record = empty_record(stage);
     record.cache_key = Some(key.to_string());
+    record.key_parts = serde_json::to_value(&parts).ok();
     record.inputs = parts.inputs.clone();
     record.env_identity = parts.env.clone();
     record.image = inst.image.as_ref().map(|r| json!({"reference": r, "id": ctx.images.get(r).map(|i| i.id.clone()), "repo_digests": ctx.images.get(r).map(|i| i.repo_digests.clone())}));

@@ -1,0 +1,250 @@
+//! Lock files: `<pipeline>.lock` beside the pipeline, TOML in a stable order, naming every
+//! instance's cache key, output hashes, image id and env identity, with the expanded key so
+//! `heddle status` can say what changed and why without the cache.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use heddle_cache::{Digest, OutputEntry};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::key::{diff, KeyParts, Reason};
+use crate::plan::Plan;
+use crate::record::RunRecord;
+use crate::sched::{History, PlanRow};
+
+/// Bump when the layout changes. v1: first format.
+pub const LOCK_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LockFile {
+    pub version: u32,
+    pub pipeline: String,
+    #[serde(default)]
+    pub params: BTreeMap<String, Value>,
+    #[serde(default, rename = "instance")]
+    pub instances: Vec<LockedInstance>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LockedInstance {
+    pub label: String,
+    pub stage: String,
+    pub cache_key: String,
+    /// `ok`, or `failed` / `skipped` for a failure the pipeline allows.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<Value>,
+    pub outputs: BTreeMap<String, OutputEntry>,
+    /// The expanded key (nulls dropped: TOML has none).
+    pub key: Value,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("failed to read lock file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("failed to parse lock file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("failed to write lock file {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// `pipelines/x.toml` → `pipelines/x.lock`.
+pub fn lock_path(pipeline_file: &Path) -> PathBuf {
+    pipeline_file.with_extension("lock")
+}
+
+/// TOML has no null; drop them so the value round-trips.
+pub fn strip_nulls(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, strip_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(
+            a.into_iter()
+                .filter(|v| !v.is_null())
+                .map(strip_nulls)
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+impl LockFile {
+    pub fn to_toml(&self) -> String {
+        let mut s = String::from("# heddle lock file: written by `heddle run` and `heddle lock`; compare with `heddle status`.\n");
+        s.push_str(&toml::to_string_pretty(self).expect("lock serialises"));
+        s
+    }
+
+    pub fn read(path: &Path) -> Result<LockFile, LockError> {
+        let text = std::fs::read_to_string(path).map_err(|source| LockError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| LockError::Parse {
+            path: path.to_path_buf(),
+            message: e.message().to_string(),
+        })
+    }
+
+    /// Write atomically; returns the sha256 of the bytes written.
+    pub fn write(&self, path: &Path) -> Result<Digest, LockError> {
+        let text = self.to_toml();
+        let tmp = path.with_extension("lock.tmp");
+        let err = |source| LockError::Write {
+            path: path.to_path_buf(),
+            source,
+        };
+        std::fs::write(&tmp, &text).map_err(err)?;
+        std::fs::rename(&tmp, path).map_err(err)?;
+        Ok(Digest::of_bytes(text.as_bytes()))
+    }
+
+    /// From a finished run's record.
+    pub fn from_record(rec: &RunRecord) -> LockFile {
+        LockFile {
+            version: LOCK_VERSION,
+            pipeline: rec.pipeline.clone(),
+            params: rec.params.clone(),
+            instances: rec
+                .instances
+                .iter()
+                .map(|(label, r)| LockedInstance {
+                    label: label.clone(),
+                    stage: r.stage.clone(),
+                    cache_key: r.cache_key.clone().unwrap_or_default(),
+                    status: format!("{:?}", r.status.status).to_lowercase(),
+                    error: r.status.error.clone().or_else(|| {
+                        r.status
+                            .cause
+                            .as_ref()
+                            .map(|c| format!("skipped: {} did not succeed", c.label))
+                    }),
+                    env: r.env_identity.clone(),
+                    image: r.image.clone().map(strip_nulls),
+                    outputs: r.outputs.clone(),
+                    key: r.key_parts.clone().map(strip_nulls).unwrap_or(Value::Null),
+                })
+                .collect(),
+        }
+    }
+
+    /// From a preview in which every instance is cached (`heddle lock`).
+    pub fn from_rows(
+        plan: &Plan,
+        ctx_images: &BTreeMap<String, heddle_containers::ImageIdentity>,
+        rows: &[PlanRow],
+    ) -> LockFile {
+        LockFile {
+            version: LOCK_VERSION,
+            pipeline: plan.pipeline.name.clone(),
+            params: plan.pipeline.params.clone(),
+            instances: rows
+                .iter()
+                .zip(&plan.instances)
+                .map(|(row, inst)| LockedInstance {
+                    label: row.label.clone(),
+                    stage: plan.stage_of(inst.id).name.clone(),
+                    cache_key: row.key.clone().unwrap_or_default(),
+                    status: "ok".into(),
+                    error: None,
+                    env: row.parts.as_ref().and_then(|p| p.env.clone()),
+                    image: inst.image.as_ref().map(|r| {
+                        strip_nulls(serde_json::json!({"reference": r, "id": ctx_images.get(r).map(|i| i.id.clone())}))
+                    }),
+                    outputs: row.outputs.clone().unwrap_or_default(),
+                    key: row.parts.as_ref().map(|p| strip_nulls(serde_json::to_value(p).expect("parts"))).unwrap_or(Value::Null),
+                })
+                .collect(),
+        }
+    }
+
+    pub fn get(&self, label: &str) -> Option<&LockedInstance> {
+        self.instances.iter().find(|i| i.label == label)
+    }
+}
+
+/// A lock file as history: an instance is unchanged when its key equals the locked one.
+impl History for LockFile {
+    fn lookup(
+        &self,
+        label: &str,
+        _family: &str,
+        key: &Digest,
+    ) -> Option<BTreeMap<String, OutputEntry>> {
+        let l = self.get(label)?;
+        (l.cache_key == key.to_string() && l.status == "ok").then(|| l.outputs.clone())
+    }
+
+    fn explain(&self, label: &str, _family: &str, parts: &KeyParts) -> Reason {
+        let Some(l) = self.get(label) else {
+            return Reason::NewInstance;
+        };
+        let current = strip_nulls(serde_json::to_value(parts).expect("parts serialise"));
+        match (
+            serde_json::from_value::<KeyParts>(l.key.clone()),
+            serde_json::from_value::<KeyParts>(current),
+        ) {
+            (Ok(old), Ok(new)) => {
+                let changes = diff(&old, &new);
+                if changes.is_empty() {
+                    Reason::Changed {
+                        changes: vec![crate::key::Change::Command],
+                    }
+                } else {
+                    Reason::Changed { changes }
+                }
+            }
+            _ => Reason::Changed {
+                changes: vec![crate::key::Change::Version],
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_round_trips_through_toml() {
+        let lock = LockFile {
+            version: LOCK_VERSION,
+            pipeline: "p".into(),
+            params: [("seed".to_string(), Value::from(0))].into(),
+            instances: vec![LockedInstance {
+                label: "a[k=1]".into(),
+                stage: "a".into(),
+                cache_key: "00".repeat(32),
+                status: "ok".into(),
+                error: None,
+                env: None,
+                image: None,
+                outputs: BTreeMap::new(),
+                key: strip_nulls(
+                    serde_json::json!({"version": "x", "env": null, "executor": {"kind": "host", "image_id": null}}),
+                ),
+            }],
+        };
+        let text = lock.to_toml();
+        assert!(text.contains("[[instance]]"), "{text}");
+        let back: LockFile = toml::from_str(&text).unwrap();
+        assert_eq!(back, lock);
+    }
+}
