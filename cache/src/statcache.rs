@@ -147,9 +147,17 @@ impl StatCache {
         Ok(digest)
     }
 
-    /// Record that `path`, as it is now, holds `d` (after materialising it).
+    /// Record that the file at `path`, as it is now, holds `d` (after materialising it).
+    /// A directory is not recorded (its tree digest is recomputed from its files' records);
+    /// use [`crate::Store::materialize_recorded`] to record every file of a tree.
     pub fn record(&self, path: &Path, d: Digest) {
-        if let Ok(meta) = fs::metadata(path) {
+        if let Ok(meta) = fs::metadata(path).and_then(|m| {
+            if m.is_file() {
+                Ok(m)
+            } else {
+                Err(std::io::ErrorKind::Other.into())
+            }
+        }) {
             let rec = Record {
                 stamp: FileStamp::of(&meta),
                 digest: d,

@@ -198,9 +198,12 @@ impl Store {
         let tmp = TempPath::new(self.tmp.join(unique_name("b-")));
         // Hard-link only a file nobody else links to: a produced file that is itself a link to
         // some user file must not have that file's inode become a read-only blob. Executables
-        // are not linked either: the blob's read-only mode would strip their exec bit.
-        let linked =
-            fsutil::nlink(meta) == 1 && !executable && fs::hard_link(path, tmp.path()).is_ok();
+        // are not linked either: the blob's read-only mode would strip their exec bit. Nor on
+        // Windows, where the read-only attribute would stop the owner deleting its scratch file.
+        let linked = cfg!(unix)
+            && fsutil::nlink(meta) == 1
+            && !executable
+            && fs::hard_link(path, tmp.path()).is_ok();
         if !linked && reflink_copy::reflink(path, tmp.path()).is_err() {
             fs::copy(path, tmp.path()).map_err(CacheError::io("copy", path))?;
         }
