@@ -265,6 +265,14 @@ fn edited_hardlinked_output_never_corrupts_served_content() {
     s.record_action(&a).unwrap();
     let dest = dir.path().join("dest");
     s.materialize(&out, &dest).unwrap();
+    #[cfg(unix)]
+    let shares_inode = {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(&dest).unwrap().ino()
+            == fs::metadata(s.blob_path(&out.digest())).unwrap().ino()
+    };
+    #[cfg(not(unix))]
+    let shares_inode = false;
     // As root, read-only does not stop an in-place write; emulate the user's editor.
     #[cfg(unix)]
     {
@@ -288,7 +296,10 @@ fn edited_hardlinked_output_never_corrupts_served_content() {
     // (store intact), the store never serves the edited bytes.
     let dest2 = dir.path().join("dest2");
     match s.materialize(&out, &dest2) {
-        Ok(()) => assert_eq!(fs::read(&dest2).unwrap(), data),
+        Ok(()) => {
+            assert!(!shares_inode, "an edited hard-linked blob was served");
+            assert_eq!(fs::read(&dest2).unwrap(), data)
+        }
         Err(e) => {
             assert!(matches!(e, crate::CacheError::CorruptBlob { .. }), "{e}");
             assert!(s.lookup_action(&a.key).unwrap().is_none());
@@ -612,4 +623,35 @@ fn blob_store_trait_get_put_contains() {
     assert_eq!(s.get(&d).unwrap().unwrap(), b"bytes");
     assert_eq!(s.put(b"bytes").unwrap(), d);
     assert!(s.get(&Digest::of_bytes(b"nope")).unwrap().is_none());
+}
+
+#[test]
+fn concurrent_puts_and_records_of_the_same_content() {
+    let (dir, s) = store();
+    let s = std::sync::Arc::new(s);
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let s = s.clone();
+            let base = dir.path().join(format!("t{t}"));
+            std::thread::spawn(move || {
+                fs::create_dir_all(&base).unwrap();
+                for i in 0..20u8 {
+                    let p = base.join(format!("f{i}"));
+                    fs::write(&p, big(70_000 + i as usize, i)).unwrap();
+                    let out = s.put_output(&p).unwrap();
+                    s.record_action(&action(&format!("k{i}"), "c", &[("o", out)], 1, i as u64))
+                        .unwrap();
+                    fs::remove_file(&p).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(s.actions_in_family("c").unwrap().len(), 20);
+    assert!(s.verify().unwrap().is_clean());
+    for e in s.actions_in_family("c").unwrap() {
+        assert!(s.lookup_action(&e.key).unwrap().is_some());
+    }
 }
