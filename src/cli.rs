@@ -341,6 +341,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
                 PrepareOptions {
                     provision_envs: true,
                     resolve_images: true,
+                    env_store: None,
                 },
                 &log,
             )
@@ -411,6 +412,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
                 PrepareOptions {
                     provision_envs: false,
                     resolve_images: true,
+                    env_store: None,
                 },
                 &|_| {},
             )
@@ -449,6 +451,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
                 PrepareOptions {
                     provision_envs: false,
                     resolve_images: true,
+                    env_store: None,
                 },
                 &|_| {},
             )
@@ -492,6 +495,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
                 PrepareOptions {
                     provision_envs: false,
                     resolve_images: true,
+                    env_store: None,
                 },
                 &|_| {},
             )

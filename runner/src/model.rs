@@ -246,6 +246,7 @@ pub struct Stage {
     pub retries: u32,
     pub allow_failure: bool,
     pub cache: bool,
+    pub report: bool,
     pub resources: BTreeMap<String, u32>,
     pub env: Option<String>,
     pub vars: BTreeMap<String, String>,
@@ -843,6 +844,9 @@ impl Loader {
         let allow_failure = pick(&|s| s.allow_failure.is_some())
             .and_then(|s| s.allow_failure)
             .unwrap_or(false);
+        let report = pick(&|s| s.report.is_some())
+            .and_then(|s| s.report)
+            .unwrap_or(false);
         let cache = pick(&|s| s.cache.is_some())
             .and_then(|s| s.cache)
             .unwrap_or(true);
@@ -941,6 +945,7 @@ impl Loader {
             retries,
             allow_failure,
             cache,
+            report,
             resources: res,
             env,
             vars,

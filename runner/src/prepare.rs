@@ -31,6 +31,9 @@ pub struct PrepareOptions {
     pub provision_envs: bool,
     /// Connect to the engine and resolve images (needed for keys of container stages).
     pub resolve_images: bool,
+    /// Where python envs live, when not in `store` (a private cache for `logbook verify
+    /// --fresh` still reuses the user's envs: an env is a tool, not a result).
+    pub env_store: Option<Arc<Store>>,
 }
 
 pub async fn prepare(
@@ -75,12 +78,13 @@ pub async fn prepare(
         }
     }
 
+    let env_store = opts.env_store.clone().unwrap_or_else(|| store.clone());
     let used_envs: BTreeSet<&String> = p.stages.iter().filter_map(|s| s.env.as_ref()).collect();
     let mut envs = BTreeMap::new();
     for name in used_envs {
         let def = &p.envs[name];
         let info = if opts.provision_envs {
-            let (store, def) = (store.clone(), def.clone());
+            let (store, def) = (env_store.clone(), def.clone());
             let found = pyenv::lookup(&store, &def)?;
             match found {
                 Some(i) => Some(i),
@@ -99,7 +103,7 @@ pub async fn prepare(
                 }
             }
         } else {
-            pyenv::lookup(&store, def)?
+            pyenv::lookup(&env_store, def)?
         };
         if let Some(i) = info {
             envs.insert(name.clone(), i);

@@ -51,6 +51,9 @@ pub struct Cause {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InstanceRecord {
     pub stage: String,
+    /// A report stage: its Markdown outputs are the tables entries and reports embed.
+    #[serde(default)]
+    pub report: bool,
     pub status: StatusRecord,
     pub cached: bool,
     #[serde(skip_serializing_if = "Option::is_none")]

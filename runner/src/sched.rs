@@ -433,6 +433,7 @@ fn ok_status(label: &str, matrix: &BTreeMap<String, Value>) -> StatusRecord {
 fn empty_record(stage: &Stage) -> InstanceRecord {
     InstanceRecord {
         stage: stage.name.clone(),
+        report: stage.report,
         status: ok_status("", &BTreeMap::new()),
         cached: false,
         cache_key: None,

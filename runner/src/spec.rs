@@ -64,6 +64,8 @@ pub struct RawStage {
     pub allow_failure: Option<bool>,
     /// `false`: never served from the cache (device measurements), still recorded.
     pub cache: Option<bool>,
+    /// Its Markdown outputs are report tables: logbook entries and HTML reports embed them.
+    pub report: Option<bool>,
     pub resources: Option<BTreeMap<Spanned<String>, Spanned<i64>>>,
     /// Name of an `[envs.NAME]` python environment.
     pub env: Option<Spanned<String>>,
