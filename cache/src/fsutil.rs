@@ -251,6 +251,19 @@ pub(crate) struct FileStamp {
 }
 
 impl FileStamp {
+    /// Whether `now` shows the same content as `self` was recorded with. The ctime is compared
+    /// too, except for a file carrying the blob mtime sentinel: that is a hard link to a blob,
+    /// whose ctime moves every time the blob is linked or unlinked elsewhere, while any write
+    /// would still move its mtime off the sentinel.
+    pub(crate) fn unchanged(&self, now: &FileStamp) -> bool {
+        let sentinel = BLOB_MTIME.as_nanos() as i128;
+        self.dev == now.dev
+            && self.ino == now.ino
+            && self.size == now.size
+            && self.mtime_ns == now.mtime_ns
+            && (self.ctime_ns == now.ctime_ns || self.mtime_ns == sentinel)
+    }
+
     pub(crate) fn of(meta: &fs::Metadata) -> FileStamp {
         let mtime_ns = meta
             .modified()

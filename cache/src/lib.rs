@@ -51,6 +51,10 @@
 //! action reruns. The sentinel is a per-blob record that needs no side file and survives any
 //! number of processes; its cost is that hard-linked outputs show that old mtime.
 //!
+//! [`StatCache`] records compare (dev, inode, size, mtime, ctime), except that a file carrying
+//! the sentinel mtime (a hard link to a blob) is not invalidated by a ctime change alone:
+//! linking the blob elsewhere moves the shared inode's ctime, a write moves its mtime.
+//!
 //! The same care applies on the way in: `put_output` hard-links a large produced file into the
 //! store only when it has a single link (a produced file that is a link to some user file is
 //! copied, so the user's file never becomes a read-only blob).

@@ -122,7 +122,7 @@ impl StatCache {
     fn hash_with_meta(&self, path: &Path, meta: &fs::Metadata) -> Result<Digest, CacheError> {
         let stamp = FileStamp::of(meta);
         if let Some(r) = self.map.lock().expect("stat cache poisoned").get(path) {
-            if r.stamp == stamp && r.trusted() {
+            if r.stamp.unchanged(&stamp) && r.trusted() {
                 return Ok(r.digest);
             }
         }

@@ -608,6 +608,10 @@ fn is_materialized_uses_stat_records() {
         assert!(s.is_materialized(&out, &dest, &stats));
     }
     assert_eq!(stats.hash_count(), 0);
+    // Linking the same blob elsewhere (which moves a shared inode's ctime) costs no re-hash.
+    s.materialize(&out, &dir.path().join("another")).unwrap();
+    assert!(s.is_materialized(&out, &dest, &stats));
+    assert_eq!(stats.hash_count(), 0);
     crate::fsutil::remove_any(&dest).unwrap();
     fs::write(&dest, b"something else").unwrap();
     assert!(!s.is_materialized(&out, &dest, &stats));
