@@ -14,6 +14,7 @@ use heddle_runner::prepare::{prepare, PrepareError, PrepareOptions};
 use heddle_runner::record::{self, RunStatus, Status};
 use heddle_runner::sched::{self, RunOptions};
 
+use crate::logbook;
 use crate::report::{self, secs, ProgressMode};
 
 pub const EXIT_OK: i32 = 0;
@@ -114,6 +115,18 @@ enum Cmd {
         #[command(subcommand)]
         cmd: CacheCmd,
     },
+    /// Write a logbook entry from a run, verify an entry by rerunning it, or refresh its blocks.
+    Logbook {
+        #[command(subcommand)]
+        cmd: LogbookCmd,
+    },
+    /// Render a run as one self-contained HTML page.
+    Report {
+        #[arg(default_value = "last")]
+        run: String,
+        #[arg(short, long, default_value = "report.html")]
+        output: PathBuf,
+    },
     /// Remove containers a crashed run left behind.
     Gc {
         /// Remove every container labelled heddle.managed=true.
@@ -142,6 +155,41 @@ enum CacheCmd {
     Verify,
 }
 
+#[derive(Subcommand, Debug)]
+enum LogbookCmd {
+    /// Write a Markdown entry from a run (default: the last).
+    New {
+        #[arg(default_value = "last")]
+        run: String,
+        #[arg(short, long)]
+        output: PathBuf,
+        #[arg(long)]
+        title: Option<String>,
+    },
+    /// Rerun what an entry names and compare every number and failure with it.
+    Verify {
+        entry: PathBuf,
+        /// Re-execute every instance in a private cache.
+        #[arg(long)]
+        fresh: bool,
+        /// How many times to rerun.
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
+        #[arg(long, default_value_t = 1e-6)]
+        rtol: f64,
+        #[arg(long, default_value_t = 0.0)]
+        atol: f64,
+        #[arg(long, value_enum, default_value_t = ProgressMode::Quiet)]
+        progress: ProgressMode,
+    },
+    /// Rewrite an entry's marked blocks from a new run (text outside the markers is kept).
+    Refresh {
+        entry: PathBuf,
+        #[arg(long, value_enum, default_value_t = ProgressMode::Quiet)]
+        progress: ProgressMode,
+    },
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum DagFormat {
     Text,
@@ -155,13 +203,13 @@ fn default_jobs() -> usize {
 }
 
 /// A failure the binary reports: a headline and an exit code.
-struct Fail {
-    code: i32,
-    msg: String,
+pub struct Fail {
+    pub code: i32,
+    pub msg: String,
 }
 
 impl Fail {
-    fn invalid(msg: impl Into<String>) -> Fail {
+    pub fn invalid(msg: impl Into<String>) -> Fail {
         Fail {
             code: EXIT_INVALID,
             msg: msg.into(),
@@ -327,37 +375,14 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
                 }
             }
             let store = open_store(&cli)?;
-            let stats = stat_cache(&plan);
-            let quiet = *progress == ProgressMode::Quiet;
-            let log = move |m: &str| {
-                if !quiet {
-                    eprintln!("note    {m}");
-                }
-            };
-            let ctx = prepare(
-                plan.clone(),
-                store,
-                stats,
-                PrepareOptions {
-                    provision_envs: true,
-                    resolve_images: true,
-                    env_store: None,
-                },
-                &log,
-            )
-            .await?;
-            let run_id = record::new_run_id();
-            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            let reporter = tokio::spawn(report::report(*progress, plan.instances.len(), rx));
             let opts = RunOptions {
                 jobs: (*jobs).max(1),
                 keep_going: *keep_going,
                 force: force.iter().cloned().collect(),
                 no_cache: *no_cache,
-                run_id,
+                run_id: record::new_run_id(),
             };
-            let rec = sched::run(ctx, opts, tx).await;
-            let _ = reporter.await;
+            let rec = execute(plan.clone(), store, None, opts, *progress).await?;
             let saved = record::save(&plan.pipeline.root, &rec);
             let (ran, cached, failed, skipped) = rec.counts();
             let out_dir = sched::output_dir(&plan, "");
@@ -654,6 +679,54 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
             Ok(EXIT_OK)
         }
         Cmd::Cache { cmd } => cache_cmd(&cli, cmd),
+        Cmd::Report { run, output } => {
+            let root = project_root(&cli);
+            let rec = record::load(&root, run).map_err(|e| Fail::invalid(format!("error: {e}")))?;
+            let store = open_store(&cli)?;
+            logbook::write_report(&store, &root, &rec, output)
+        }
+        Cmd::Logbook { cmd } => {
+            let root = project_root(&cli);
+            let store = open_store(&cli)?;
+            match cmd {
+                LogbookCmd::New { run, output, title } => {
+                    let rec = record::load(&root, run)
+                        .map_err(|e| Fail::invalid(format!("error: {e}")))?;
+                    logbook::new_entry(&store, &root, &rec, output, title.as_deref())
+                }
+                LogbookCmd::Verify {
+                    entry,
+                    fresh,
+                    runs,
+                    rtol,
+                    atol,
+                    progress,
+                } => {
+                    let rr = logbook::Rerun {
+                        root: &root,
+                        store,
+                        progress: *progress,
+                    };
+                    let opts = logbook::VerifyOptions {
+                        fresh: *fresh,
+                        runs: *runs,
+                        tol: heddle_report::compare::Tolerance {
+                            rtol: *rtol,
+                            atol: *atol,
+                        },
+                    };
+                    logbook::verify(entry, &rr, &opts).await
+                }
+                LogbookCmd::Refresh { entry, progress } => {
+                    let rr = logbook::Rerun {
+                        root: &root,
+                        store,
+                        progress: *progress,
+                    };
+                    logbook::refresh(entry, &rr).await
+                }
+            }
+        }
         Cmd::Gc {
             containers,
             docker_host,
@@ -675,6 +748,60 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
             Ok(EXIT_OK)
         }
     }
+}
+
+/// Load, plan and run a pipeline with `--set` overrides (for the logbook's reruns).
+pub async fn rerun(
+    file: &Path,
+    sets: &[(String, String)],
+    store: Arc<Store>,
+    env_store: Option<Arc<Store>>,
+    opts: RunOptions,
+    progress: ProgressMode,
+) -> Result<record::RunRecord, Fail> {
+    let pipeline = model::load(
+        file,
+        &LoadOptions {
+            overrides: sets.to_vec(),
+            root: None,
+        },
+    )?;
+    let plan = Arc::new(plan::build(Arc::new(pipeline)).map_err(|d| Fail::invalid(d.to_string()))?);
+    execute(plan, store, env_store, opts, progress).await
+}
+
+/// Prepare and walk a plan, rendering progress; returns the run record (not yet saved).
+async fn execute(
+    plan: Arc<Plan>,
+    store: Arc<Store>,
+    env_store: Option<Arc<Store>>,
+    opts: RunOptions,
+    progress: ProgressMode,
+) -> Result<record::RunRecord, Fail> {
+    let stats = stat_cache(&plan);
+    let quiet = progress == ProgressMode::Quiet;
+    let log = move |m: &str| {
+        if !quiet {
+            eprintln!("note    {m}");
+        }
+    };
+    let ctx = prepare(
+        plan.clone(),
+        store,
+        stats,
+        PrepareOptions {
+            provision_envs: true,
+            resolve_images: true,
+            env_store,
+        },
+        &log,
+    )
+    .await?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let reporter = tokio::spawn(report::report(progress, plan.instances.len(), rx));
+    let rec = sched::run(ctx, opts, tx).await;
+    let _ = reporter.await;
+    Ok(rec)
 }
 
 fn project_root(cli: &Cli) -> PathBuf {

@@ -3,6 +3,7 @@
 //! 0 success, 1 a stage failed, 2 invalid pipeline, usage or environment, 130 interrupted.
 
 mod cli;
+mod logbook;
 mod report;
 
 fn main() {

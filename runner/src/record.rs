@@ -54,6 +54,9 @@ pub struct InstanceRecord {
     /// A report stage: its Markdown outputs are the tables entries and reports embed.
     #[serde(default)]
     pub report: bool,
+    /// Labels of the instances it read from.
+    #[serde(default)]
+    pub deps: Vec<String>,
     pub status: StatusRecord,
     pub cached: bool,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -434,6 +434,7 @@ fn empty_record(stage: &Stage) -> InstanceRecord {
     InstanceRecord {
         stage: stage.name.clone(),
         report: stage.report,
+        deps: Vec::new(),
         status: ok_status("", &BTreeMap::new()),
         cached: false,
         cache_key: None,
@@ -608,10 +609,13 @@ pub async fn run(ctx: Context, opts: RunOptions, events: UnboundedSender<Event>)
             .into_iter()
             .enumerate()
             .map(|(i, d)| {
-                (
-                    plan.instances[i].label.clone(),
-                    d.expect("every instance finishes").record,
-                )
+                let mut record = d.expect("every instance finishes").record;
+                record.deps = plan.instances[i]
+                    .deps
+                    .iter()
+                    .map(|d| plan.instances[*d].label.clone())
+                    .collect();
+                (plan.instances[i].label.clone(), record)
             })
             .collect(),
     }

@@ -3,6 +3,10 @@
 //! read-only at `/heddle/stage`). The container runs as the invoking user unless the stage says
 //! otherwise, so outputs belong to whoever ran heddle. Lifecycle and cleanup live in
 //! `heddle-containers`.
+//!
+//! Cancellation has two steps, like the host executor's: the graceful token stops the
+//! container (SIGTERM, SIGKILL after [`GRACE`]); the force token (a second Ctrl-C) abandons the
+//! stop and force-removes the run's containers at once.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,7 +19,11 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::{Cancel, ExecError, ExecOutcome, ExecRequest, Executor};
 use crate::render::{Command, PathLayout};
 
+/// Time between SIGTERM and SIGKILL when a container stage is timed out or interrupted.
 const GRACE: Duration = Duration::from_secs(3);
+
+/// How long a forced cancel waits for the engine to finish removing the run's containers.
+const REMOVE_WAIT: Duration = Duration::from_secs(15);
 
 /// One connected engine per `docker_host` (`None`: bollard's defaults).
 #[derive(Clone, Default)]
@@ -109,13 +117,25 @@ impl Executor for DockerExecutor {
                 stderr_log: req.stderr_log.clone(),
                 name: None,
             };
+            if c.user.is_some() {
+                // Another user than the sandbox's owner must be able to write its outputs.
+                open_writable(&req.sandbox, &req.label)?;
+            }
             let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<heddle_containers::LogLine>();
             let fwd = tokio::spawn(async move {
                 while let Some(l) = rx.recv().await {
                     let _ = lines.send(l.line);
                 }
             });
-            let outcome = engine.run(&spec, Some(tx), cancel.graceful.clone()).await;
+            let outcome = tokio::select! {
+                outcome = engine.run(&spec, Some(tx), cancel.graceful.clone()) => outcome,
+                // A second Ctrl-C: drop the graceful stop (its drop guard starts a removal) and
+                // force-remove this run's containers now, so they are gone before heddle exits.
+                _ = cancel.force.cancelled() => {
+                    remove_run(engine, &req.run_id).await?;
+                    Ok(ContainerOutcome::Cancelled)
+                }
+            };
             let _ = fwd.await;
             Ok(match outcome? {
                 ContainerOutcome::Exited { code } => ExecOutcome::Exited(code),
@@ -127,6 +147,54 @@ impl Executor for DockerExecutor {
             })
         })
     }
+}
+
+/// Force-remove every container of run `run_id` and wait until the engine lists none: a
+/// removal the drop guard started answers the second request with "already in progress", and
+/// heddle must not exit while the container still exists.
+async fn remove_run(engine: &Engine, run_id: &str) -> Result<(), ExecError> {
+    let label = ("heddle.run", run_id);
+    let deadline = tokio::time::Instant::now() + REMOVE_WAIT;
+    loop {
+        engine.remove_labelled(Some(label)).await?;
+        if engine.count_labelled(label).await? == 0 {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ExecError::Other(format!(
+                "containers of run {run_id} were still there {}s after their removal; \
+                 `heddle gc --containers` removes them",
+                REMOVE_WAIT.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Make `out/<name>/` and `work/` writable by any user, for a stage whose `user` is not the
+/// sandbox's owner (`user` may be a name only the image knows, so chown is not an option). The
+/// sandbox folder itself stays private to the invoking user: the engine mounts the folders
+/// as root, so no other host user can reach them.
+fn open_writable(sandbox: &Path, label: &str) -> Result<(), ExecError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mut dirs = vec![sandbox.join("work")];
+        if let Ok(entries) = std::fs::read_dir(sandbox.join("out")) {
+            dirs.extend(entries.flatten().map(|e| e.path()));
+        }
+        for d in dirs {
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).map_err(|e| {
+                ExecError::Other(format!(
+                    "{label}: failed to open {} to the container user: {e}",
+                    d.display()
+                ))
+            })?;
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (sandbox, label);
+    Ok(())
 }
 
 fn invoking_user() -> String {
