@@ -37,10 +37,22 @@ def test_compare_failed_and_skipped_rows(tmp_path):
     md = open(outs["table"]).read()
     assert "| 3e-02 | 95.8% | +0.993 | 1.0x | 95.8% | +0.993 | 1.0x |" in md
     assert "Contexts agree on the start loss to five figures" in md
-    assert ("- a16_w4 × SDK_QUANTIZED FAILED AttributeError: 'function' object has no attribute "
-            "'set_wraparound_loss' (at optimize[precision=a16_w4]") in md
+    assert ("- a16_w4 FAILED AttributeError: 'function' object has no attribute "
+            "'set_wraparound_loss' (in optimize[precision=a16_w4]; skipped: SDK_QUANTIZED)") in md
     assert "- a8_w8 × SDK_BIT_EXACT FAILED InferenceError: graph execution error at conv2_1/act_op_1/pow" in md
     csv_text = open(outs["csv"]).read()
     assert "a8_w8,SDK_BIT_EXACT,failed" in csv_text
     summary = json.load(open(outs["summary"]))
     assert summary["start_loss_agreement"]["a16_w16"]["agree_5_figures"] is True
+    assert [f["line"].split(" FAILED ")[0] for f in summary["failures"]] == ["a16_w4", "a8_w8 × SDK_BIT_EXACT"]
+
+
+def test_ratio_format():
+    sys.path.insert(0, __import__("os").path.join(__import__("direct").STAGES, "mezo", "compare"))
+    import compare
+    assert compare.fmt_ratio(0.9999) == "1.00x"
+    assert compare.fmt_ratio(0.95) == "0.95x"
+    assert compare.fmt_ratio(1.04) == "1.0x"
+    assert compare.fmt_ratio(16.04) == "16.0x"
+    assert compare.fmt_ratio(1234.0) == "1,234x"
+    assert compare.fmt_ratio(0.004) == "0.004x"

@@ -101,8 +101,8 @@ def test_dfc_pipeline_failed_rows(chain, tmp_path):
                             inputs={"probes": g, "device": str(tmp_path / "none")}, python=PY)
     assert st["status"] == "ok", p.stderr
     md = open(outs["table"]).read()
-    assert ("a16_w4 × SDK_QUANTIZED FAILED AttributeError: 'function' object has no attribute "
-            "'set_wraparound_loss'") in md
+    assert ("- a16_w4 FAILED AttributeError: 'function' object has no attribute "
+            "'set_wraparound_loss' (in optimize[precision=a16_w4]; skipped: SDK_BIT_EXACT, SDK_QUANTIZED)") in md
     assert "a8_w8 × SDK_BIT_EXACT FAILED InferenceError: graph execution error at conv2_1/act_op_1/pow" in md
     assert "## a16_w16" in md and "SDK_BIT_EXACT sign" in md
 

@@ -13,6 +13,18 @@ import sys
 import traceback
 
 
+def sdk_identity():
+    """Which hailo_sdk_client ran: version, and the TEST DOUBLE marker when it is tests/images/dfc-double's fake
+    (the real SDK has no such attribute). Goes into the report, so an output made with the double says so."""
+    import hailo_sdk_client as sdk
+    ident = {"module": "hailo_sdk_client", "version": getattr(sdk, "__version__", None),
+             "test_double": getattr(sdk, "TEST_DOUBLE", None)}
+    if ident["test_double"]:
+        print(f"[heddle] {ident['test_double']}: hailo_sdk_client is the TEST DOUBLE (tests/images/dfc-double); "
+              "outputs check the call sequence only", file=sys.stderr)
+    return ident
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--har", required=True)
@@ -35,7 +47,8 @@ def main(argv=None):
                 json.dump({"class": type(e).__name__, "message": str(e)}, f)
         traceback.print_exc()
         sys.exit(1)
-    rep = {"hw_arch": a.hw_arch, "hef_bytes": len(hef), "hef_sha256": hashlib.sha256(hef).hexdigest()}
+    rep = {"sdk": sdk_identity(), "hw_arch": a.hw_arch, "hef_bytes": len(hef),
+           "hef_sha256": hashlib.sha256(hef).hexdigest()}
     with open(a.out_report, "w") as f:
         json.dump(rep, f, indent=2)
     print(json.dumps(rep), file=sys.stderr)

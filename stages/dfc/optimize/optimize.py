@@ -64,6 +64,18 @@ class CaptureFds:
         return False
 
 
+def sdk_identity():
+    """Which hailo_sdk_client ran: version, and the TEST DOUBLE marker when it is tests/images/dfc-double's fake
+    (the real SDK has no such attribute). Goes into the report, so an output made with the double says so."""
+    import hailo_sdk_client as sdk
+    ident = {"module": "hailo_sdk_client", "version": getattr(sdk, "__version__", None),
+             "test_double": getattr(sdk, "TEST_DOUBLE", None)}
+    if ident["test_double"]:
+        print(f"[heddle] {ident['test_double']}: hailo_sdk_client is the TEST DOUBLE (tests/images/dfc-double); "
+              "outputs check the call sequence only", file=sys.stderr)
+    return ident
+
+
 def parse_sdk_log(text, requested):
     """-> dict(level_used, level_evidence, calib_entries, lines). Level used = the last reduction line if any,
     else the default-level line if any, else the requested level (no reduction reported)."""
@@ -108,7 +120,7 @@ def optimize(har, calib_path, hw_arch, precision, level, compression, batch_size
     with CaptureFds() as cap:
         runner.optimize({names[0]: calib})
     info = parse_sdk_log(cap.text, level)
-    report = {"hw_arch": hw_arch, "precision": precision, "optimization_level_requested": level,
+    report = {"sdk": sdk_identity(), "hw_arch": hw_arch, "precision": precision, "optimization_level_requested": level,
               "optimization_level_used": info["level_used"], "level_evidence": info["level_evidence"],
               "calibration_entries": info["calib_entries"], "calibration_given": int(calib.shape[0]),
               "calibration_layout": "float32 NHWC keyed by HN input name", "hn_input_layer": names[0],

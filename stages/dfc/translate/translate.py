@@ -21,6 +21,18 @@ def record_error(exc):
             json.dump({"class": type(exc).__name__, "message": str(exc)}, f)
 
 
+def sdk_identity():
+    """Which hailo_sdk_client ran: version, and the TEST DOUBLE marker when it is tests/images/dfc-double's fake
+    (the real SDK has no such attribute). Goes into the report, so an output made with the double says so."""
+    import hailo_sdk_client as sdk
+    ident = {"module": "hailo_sdk_client", "version": getattr(sdk, "__version__", None),
+             "test_double": getattr(sdk, "TEST_DOUBLE", None)}
+    if ident["test_double"]:
+        print(f"[heddle] {ident['test_double']}: hailo_sdk_client is the TEST DOUBLE (tests/images/dfc-double); "
+              "outputs check the call sequence only", file=sys.stderr)
+    return ident
+
+
 def translate(model, meta, hw_arch, net_name, out_har):
     from hailo_sdk_client import ClientRunner
     runner = ClientRunner(hw_arch=hw_arch)
@@ -31,7 +43,7 @@ def translate(model, meta, hw_arch, net_name, out_har):
     hn = runner.get_hn_dict()
     inputs = {k: v["input_shapes"][0] for k, v in hn["layers"].items() if v.get("type") == "input_layer"}
     outputs = {k: v["output_shapes"][0] for k, v in hn["layers"].items() if v.get("type") == "output_layer"}
-    return {"hw_arch": hw_arch, "net_name": net_name, "hn_input_layers": inputs, "hn_output_layers": outputs,
+    return {"sdk": sdk_identity(), "hw_arch": hw_arch, "net_name": net_name, "hn_input_layers": inputs, "hn_output_layers": outputs,
             "start_node_names": [meta["start_node"]], "end_node_names": [meta["end_node"]],
             "net_input_shapes": {meta["input_name"]: meta["input_shape_nchw"]}}
 

@@ -7,7 +7,8 @@ holding matrix.json, status.json and, when the member ran, its probe JSON. Pytho
 Writes:
   Markdown — per precision, one block per context side by side (rows per eps; columns sign, r, ratio), the
              unperturbed start loss per context and whether the contexts agree on it, and the list of
-             precision x context instances that failed or were skipped, each with its error line.
+             failures: each instance that failed with its error line ("a8_w8 × SDK_BIT_EXACT FAILED ..."), and
+             each upstream failure once with the precision x context instances it skipped ("a16_w4 FAILED ...").
   CSV      — one row per (precision, context, eps), plus one row per failed/skipped instance.
   JSON     — everything above, machine-readable.
 """
@@ -100,7 +101,9 @@ def fmt_ratio(x):
         return x + "x"
     if x >= 100:
         return f"{x:,.0f}x"
-    return f"{x:.1f}x" if x >= 1 else f"{x:.2g}x"
+    if x >= 1:
+        return f"{x:.1f}x"
+    return f"{x:.2f}x" if x >= 0.01 else f"{x:.2g}x"
 
 
 def fmt_sign(x):
@@ -116,6 +119,13 @@ def render(members, title):
     bad = [m for m in members if m["status"] != "ok"]
     precisions = sorted({m["precision"] for m in members}, key=prec_key)
     lines = [f"# {title}", ""]
+    doubles = sorted({str(((m["probe"].get("context_info") or {}).get("sdk") or {}).get("test_double"))
+                      for m in ok if ((m["probe"].get("context_info") or {}).get("sdk") or {}).get("test_double")})
+    if doubles:
+        lines.append(f"> **TEST DOUBLE** ({'; '.join(doubles)}): these numbers come from a numpy fake of the SDK "
+                     "(tests/images/dfc-double) and mean nothing; the table only shows that the chain ran through "
+                     "the documented API and that SDK failures reach it.")
+        lines.append("")
     lines.append("sign: agreement between the context's zeroth-order estimate and the float one on the same z; "
                  "r: Pearson correlation over the draws; ratio: median |g_context| / median |g_float|.")
     lines.append("")
@@ -158,15 +168,38 @@ def render(members, title):
         lines.append("")
     lines.append("## Failed or skipped instances")
     lines.append("")
-    if not bad:
+    failures = failure_rows(bad)
+    if not failures:
         lines.append("none")
-    for m in sorted(bad, key=lambda m: (prec_key(m["precision"]), m["context"])):
-        where = ""
-        if m.get("error_at") and m["error_at"] != m["label"]:
-            where = f" (at {m['error_at']}; {m['label']} {m['status']})"
-        lines.append(f"- {m['precision'] or '?'} × {m['context'] or '?'} FAILED {m['error']}{where}")
+    for f in failures:
+        lines.append(f"- {f['line']}")
     lines.append("")
-    return "\n".join(lines), agreement
+    return "\n".join(lines), agreement, failures
+
+
+def failure_rows(bad):
+    """One row per failure: an instance that failed itself ("a8_w8 × SDK_BIT_EXACT FAILED InferenceError: ..."),
+    or one upstream failure with every precision x context it skipped ("a16_w4 FAILED AttributeError: ...
+    (in optimize[precision=a16_w4]; skipped: SDK_BIT_EXACT, SDK_QUANTIZED)")."""
+    groups = {}
+    for m in sorted(bad, key=lambda m: (prec_key(m["precision"]), m["context"])):
+        upstream = m.get("error_at") and m["error_at"] != m["label"]
+        key = (m["precision"], m["error"], m["error_at"]) if upstream else (m["precision"], m["context"], m["label"])
+        groups.setdefault(key, []).append(m)
+    rows = []
+    for members in groups.values():
+        m = members[0]
+        prec = m["precision"] or "?"
+        if m.get("error_at") and m["error_at"] != m["label"]:
+            ctxs = [x["context"] or "?" for x in members]
+            line = f"{prec} FAILED {m['error']} (in {m['error_at']}; {m['status']}: {', '.join(ctxs)})"
+            rows.append({"precision": m["precision"], "contexts": ctxs, "status": m["status"],
+                         "error": m["error"], "at": m["error_at"], "line": line})
+        else:
+            line = f"{prec} × {m['context'] or '?'} FAILED {m['error']}"
+            rows.append({"precision": m["precision"], "contexts": [m["context"]], "status": m["status"],
+                         "error": m["error"], "at": m["label"], "line": line})
+    return rows
 
 
 def main(argv=None):
@@ -178,7 +211,7 @@ def main(argv=None):
     ap.add_argument("--out-json", required=True)
     a = ap.parse_args(argv)
     members = collect(a.probes_dir)
-    md, agreement = render(members, a.title)
+    md, agreement, failures = render(members, a.title)
     with open(a.out_md, "w") as f:
         f.write(md)
     with open(a.out_csv, "w", newline="") as f:
@@ -198,7 +231,7 @@ def main(argv=None):
     summary = {"members": [{k: v for k, v in m.items() if k != "probe"} | (
         {"start_loss": m["probe"]["start_loss"], "start_loss_float": m["probe"]["start_loss_float"],
          "rows": [{k: v for k, v in r.items() if k not in ("g", "g_float")} for r in m["probe"]["rows"]]}
-        if m["probe"] else {}) for m in members], "start_loss_agreement": agreement}
+        if m["probe"] else {}) for m in members], "start_loss_agreement": agreement, "failures": failures}
     with open(a.out_json, "w") as f:
         json.dump(summary, f, indent=2, sort_keys=True)
     sys.stdout.write(md)

@@ -84,37 +84,57 @@ class DfcContext(Context):
     """DFC emulator context; documented API, untested on the real DFC until run there."""
 
     def __init__(self, har, name, hw_arch):
+        import hailo_sdk_client as sdk
         from hailo_sdk_client import ClientRunner, InferenceContext
+        # TEST DOUBLE marker: set only by tests/images/dfc-double's fake SDK; recorded so its numbers are labelled.
+        self.sdk = {"module": "hailo_sdk_client", "version": getattr(sdk, "__version__", None),
+                    "test_double": getattr(sdk, "TEST_DOUBLE", None)}
         if name not in DFC_CONTEXTS:
             raise ValueError(f"unknown dfc context {name!r}; known: {', '.join(DFC_CONTEXTS)}")
         self.name = name
+        # The SDK calls this context makes, in order (consecutive repeats folded: "infer x12"); recorded in `info`
+        # so a run record shows the API sequence that produced the numbers, on the real DFC or the test double.
+        self.api_calls = []
         self.runner = ClientRunner(hw_arch=hw_arch, har=har)
+        self._call("ClientRunner(hw_arch, har)")
         self.target = getattr(InferenceContext, name)
         self.input_names, self.input_shapes = hn_input_layers(self.runner)
+        self._call("get_hn_dict")
         if len(self.input_names) != 1:
             raise ValueError(f"expected one HN input layer, found {self.input_names}")
         self._cm = None
         self.ctx = None
 
+    def _call(self, what):
+        if self.api_calls and self.api_calls[-1][0] == what:
+            self.api_calls[-1][1] += 1
+        else:
+            self.api_calls.append([what, 1])
+
     def __enter__(self):
         self._cm = self.runner.infer_context(self.target)
         self.ctx = self._cm.__enter__()
+        self._call(f"infer_context({self.name}).enter")
         return self
 
     def __exit__(self, *exc):
         cm, self._cm, self.ctx = self._cm, None, None
-        return cm.__exit__(*exc) if cm is not None else False
+        r = cm.__exit__(*exc) if cm is not None else False
+        self._call(f"infer_context({self.name}).exit")
+        return r
 
     @property
     def info(self):
-        return {"hn_input_layers": self.input_names, "hn_input_shapes": self.input_shapes,
-                "inference_context": self.name}
+        return {"sdk": self.sdk, "hn_input_layers": self.input_names, "hn_input_shapes": self.input_shapes,
+                "inference_context": self.name,
+                "api_calls": [w if n == 1 else f"{w} x{n}" for w, n in self.api_calls]}
 
     def forward(self, x):
         want = self.input_shapes[self.input_names[0]]
         if list(x.shape[1:]) != list(want):
             raise ValueError(f"input {list(x.shape[1:])} does not match HN input shape {want}")
         out = self.runner.infer(self.ctx, {self.input_names[0]: np.ascontiguousarray(x, dtype=np.float32)})
+        self._call("infer(ctx, {hn_input: NHWC float32})")
         if isinstance(out, (list, tuple)):
             out = out[0]
         if isinstance(out, dict):
