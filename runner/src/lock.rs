@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::key::{diff, KeyParts, Reason};
 use crate::plan::Plan;
-use crate::record::RunRecord;
+use crate::record::{Cause, RunRecord, Status, StatusRecord};
 use crate::sched::{History, PlanRow};
 
 /// Bump when the layout changes. v1: first format.
@@ -36,6 +36,9 @@ pub struct LockedInstance {
     pub status: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// For a skipped instance: the failed upstream that skipped it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -130,12 +133,12 @@ impl LockFile {
                     stage: r.stage.clone(),
                     cache_key: r.cache_key.clone().unwrap_or_default(),
                     status: format!("{:?}", r.status.status).to_lowercase(),
-                    error: r.status.error.clone().or_else(|| {
-                        r.status
-                            .cause
-                            .as_ref()
-                            .map(|c| format!("skipped: {} did not succeed", c.label))
-                    }),
+                    error: r
+                        .status
+                        .error
+                        .clone()
+                        .or_else(|| r.status.cause.as_ref().and_then(|c| c.error.clone())),
+                    cause: r.status.cause.as_ref().map(|c| c.label.clone()),
                     env: r.env_identity.clone(),
                     image: r.image.clone().map(strip_nulls),
                     outputs: r.outputs.clone(),
@@ -164,6 +167,7 @@ impl LockFile {
                     cache_key: row.key.clone().unwrap_or_default(),
                     status: "ok".into(),
                     error: None,
+                    cause: None,
                     env: row.parts.as_ref().and_then(|p| p.env.clone()),
                     image: inst.image.as_ref().map(|r| {
                         strip_nulls(serde_json::json!({"reference": r, "id": ctx_images.get(r).map(|i| i.id.clone())}))
@@ -190,6 +194,41 @@ impl History for LockFile {
     ) -> Option<BTreeMap<String, OutputEntry>> {
         let l = self.get(label)?;
         (l.cache_key == key.to_string() && l.status == "ok").then(|| l.outputs.clone())
+    }
+
+    fn recorded_failure(&self, label: &str, key: &Digest) -> Option<StatusRecord> {
+        let l = self.get(label)?;
+        if l.cache_key != key.to_string() || l.status == "ok" {
+            return None;
+        }
+        let status = if l.status == "skipped" {
+            Status::Skipped
+        } else {
+            Status::Failed
+        };
+        Some(StatusRecord {
+            label: label.to_string(),
+            status,
+            exit_code: None,
+            error_class: l
+                .error
+                .as_deref()
+                .and_then(|e| e.split(':').next())
+                .map(str::to_string),
+            error: if status == Status::Failed {
+                l.error.clone()
+            } else {
+                None
+            },
+            stderr_tail: None,
+            cause: l.cause.clone().map(|c| Cause {
+                label: c,
+                error: l.error.clone(),
+            }),
+            // It was in a completed run, so the pipeline allowed it.
+            tolerated: true,
+            matrix: Default::default(),
+        })
     }
 
     fn explain(&self, label: &str, _family: &str, parts: &KeyParts) -> Reason {
@@ -234,6 +273,7 @@ mod tests {
                 cache_key: "00".repeat(32),
                 status: "ok".into(),
                 error: None,
+                cause: None,
                 env: None,
                 image: None,
                 outputs: BTreeMap::new(),

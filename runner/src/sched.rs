@@ -295,6 +295,11 @@ pub trait History {
     ) -> Option<BTreeMap<String, OutputEntry>>;
     /// Why this instance's key is not in the history.
     fn explain(&self, label: &str, family: &str, parts: &KeyParts) -> Reason;
+    /// An allowed failure recorded under this key (a lock remembers them; the cache does not
+    /// store failures, so they rerun).
+    fn recorded_failure(&self, _label: &str, _key: &Digest) -> Option<StatusRecord> {
+        None
+    }
 }
 
 /// The action cache as history: every key ever recorded.
@@ -400,6 +405,16 @@ pub fn preview(ctx: &Context, opts: &RunOptions, history: &dyn History) -> Vec<P
                 ));
             }
             None => {
+                if let Some(mut status) = history.recorded_failure(&inst.label, &key) {
+                    status.matrix = inst.matrix.clone();
+                    known[id] = Some(Done {
+                        status,
+                        outputs: BTreeMap::new(),
+                        record: empty_record(stage),
+                    });
+                    rows.push(row(true, Reason::Cached, Some(&key), Some(parts), None));
+                    continue;
+                }
                 let reason = if forced {
                     Reason::Forced
                 } else if opts.no_cache {

@@ -117,10 +117,9 @@ impl Executor for DockerExecutor {
                 stderr_log: req.stderr_log.clone(),
                 name: None,
             };
-            if c.user.is_some() {
-                // Another user than the sandbox's owner must be able to write its outputs.
-                open_writable(&req.sandbox, &req.label)?;
-            }
+            mount_sources(&req.sandbox, c.user.is_some()).map_err(|e| {
+                ExecError::Other(format!("failed to prepare {}: {e}", req.sandbox.display()))
+            })?;
             let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<heddle_containers::LogLine>();
             let fwd = tokio::spawn(async move {
                 while let Some(l) = rx.recv().await {
@@ -137,7 +136,10 @@ impl Executor for DockerExecutor {
                 }
             };
             let _ = fwd.await;
-            Ok(match outcome? {
+            // The status record keeps one line: give it the engine's reason, not only the
+            // headline ("failed to create a container from image …").
+            let outcome = outcome.map_err(|e| ExecError::Other(with_causes(&e)))?;
+            Ok(match outcome {
                 ContainerOutcome::Exited { code } => ExecOutcome::Exited(code),
                 ContainerOutcome::OomKilled { code } => ExecOutcome::OomKilled(code),
                 ContainerOutcome::TimedOut => {
@@ -171,30 +173,45 @@ async fn remove_run(engine: &Engine, run_id: &str) -> Result<(), ExecError> {
     }
 }
 
-/// Make `out/<name>/` and `work/` writable by any user, for a stage whose `user` is not the
-/// sandbox's owner (`user` may be a name only the image knows, so chown is not an option). The
-/// sandbox folder itself stays private to the invoking user: the engine mounts the folders
-/// as root, so no other host user can reach them.
-fn open_writable(sandbox: &Path, label: &str) -> Result<(), ExecError> {
+/// Make sure every bind-mount source exists (the engine refuses a missing one, and a stage
+/// with no inputs or outputs has no `in/` or `out/`). For a stage that sets `user`, also make
+/// `out/<name>/` and `work/` writable by any user: that user is not the sandbox's owner, and
+/// may be a name only the image knows, so chown is not an option. The sandbox folder itself
+/// stays private to the invoking user; the engine mounts the folders as root.
+fn mount_sources(sandbox: &Path, other_user: bool) -> std::io::Result<()> {
+    for d in ["in", "out", "work"] {
+        std::fs::create_dir_all(sandbox.join(d))?;
+    }
     #[cfg(unix)]
-    {
+    if other_user {
         use std::os::unix::fs::PermissionsExt;
         let mut dirs = vec![sandbox.join("work")];
-        if let Ok(entries) = std::fs::read_dir(sandbox.join("out")) {
-            dirs.extend(entries.flatten().map(|e| e.path()));
+        for e in std::fs::read_dir(sandbox.join("out"))? {
+            dirs.push(e?.path());
         }
         for d in dirs {
-            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).map_err(|e| {
-                ExecError::Other(format!(
-                    "{label}: failed to open {} to the container user: {e}",
-                    d.display()
-                ))
-            })?;
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777))
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", d.display())))?;
         }
     }
     #[cfg(not(unix))]
-    let _ = (sandbox, label);
+    let _ = other_user;
     Ok(())
+}
+
+/// `error: cause: cause`, the way the CLI prints a chain on one line.
+fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let line = c.to_string();
+        if !text.contains(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 fn invoking_user() -> String {
