@@ -9,6 +9,7 @@ root="$(pwd)"
 need_apt=()
 command -v busybox >/dev/null || [[ -x /bin/busybox ]] || need_apt+=(busybox-static)
 command -v mmdebstrap >/dev/null || need_apt+=(mmdebstrap)
+command -v chromium >/dev/null || need_apt+=(chromium)
 if ((${#need_apt[@]})); then
   if [[ $(id -u) -eq 0 ]]; then
     echo "== apt-get install ${need_apt[*]}"
@@ -35,6 +36,8 @@ if docker info >/dev/null 2>&1; then
 else
   echo "warning: no Docker Engine reachable; container tests will say they skipped" >&2
 fi
+
+command -v chromium >/dev/null && export HEDDLE_REQUIRE_CHROMIUM=1
 
 echo "== cargo test"
 cargo test --workspace --release 2>&1 | tee target/cargo-test.log
