@@ -891,6 +891,11 @@ devices = ["/dev/null:/dev/hailo0"]
 shm_size = "64m"
 run = "[ -c /dev/hailo0 ] && echo char > {{{{ out.d }}}}; echo probe > /dev/hailo0 && echo writable >> {{{{ out.d }}}}; df -k /dev/shm | tail -n 1 | awk '{{ print $2 }}' >> {{{{ out.d }}}}"
 outputs = {{ d = "d.txt" }}
+
+# No inputs and no outputs: the mounts must still have sources.
+[stages.bare]
+image = "{BUSYBOX}"
+run = ["true"]
 "#
     ));
     p.run("p.toml", &[]).ok();
@@ -901,6 +906,24 @@ outputs = {{ d = "d.txt" }}
         executor["devices"][0], "/dev/null:/dev/hailo0",
         "{executor}"
     );
+    assert_eq!(instance(&rec, "bare")["status"]["status"], "ok");
+
+    // `gpus = "all"` becomes a DeviceRequest with the gpu capability: on a machine without
+    // the NVIDIA runtime the engine itself refuses it, and the status says why.
+    p.file(
+        "gpu.toml",
+        &format!(
+            "[pipeline]\nname = \"gpu\"\n[stages.g]\nimage = \"{BUSYBOX}\"\ngpus = \"all\"\nrun = [\"true\"]\n"
+        ),
+    );
+    let r = p.run("gpu.toml", &[]);
+    if r.code != 0 {
+        assert_eq!(r.code, 1, "{}", r.all());
+        let rec = last(&p);
+        let status = &instance(&rec, "g")["status"];
+        let error = status["error"].as_str().unwrap_or("");
+        assert!(error.contains("capabilities: [[gpu]]"), "{status}");
+    }
 }
 
 #[test]
