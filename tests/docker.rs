@@ -261,6 +261,7 @@ fn signal(child: &Child, sig: i32) {
 
 const SIGINT: i32 = 2;
 const SIGKILL: i32 = 9;
+const SIGTERM: i32 = 15;
 
 /// Wait for `child` at most `limit`; returns its exit code and how long it took.
 fn wait_exit(child: &mut Child, limit: Duration) -> (Option<i32>, Duration) {
@@ -484,27 +485,30 @@ fn start_long(d: &Docker, p: &Project) -> (Child, String) {
 }
 
 #[test]
-fn ctrl_c_during_a_container_stage_removes_it_and_exits_130() {
-    let Some((d, _gc)) = docker("ctrl_c_during_a_container_stage") else {
+fn ctrl_c_or_sigterm_during_a_container_stage_removes_it_and_exits_130() {
+    let Some((d, _gc)) = docker("ctrl_c_or_sigterm_during_a_container_stage") else {
         return;
     };
-    let p = long_stage("echo started; sleep 300; echo late > {{ out.o }}");
-    let (mut child, run) = start_long(d, &p);
-    signal(&child, SIGINT);
-    let (code, took) = wait_exit(&mut child, Duration::from_secs(30));
-    assert_eq!(code, Some(130));
-    assert!(took < Duration::from_secs(10), "took {took:?}");
-    assert_eq!(
-        d.count("heddle.run", &run),
-        0,
-        "a container was left behind"
-    );
-    let rec = last(&p);
-    assert_eq!(rec["status"], "interrupted");
-    assert_eq!(
-        instance(&rec, "long")["status"]["error_class"],
-        "Interrupted"
-    );
+    for (sig, name) in [(SIGINT, "SIGINT"), (SIGTERM, "SIGTERM")] {
+        let p = long_stage("echo started; sleep 300; echo late > {{ out.o }}");
+        let (mut child, run) = start_long(d, &p);
+        signal(&child, sig);
+        let (code, took) = wait_exit(&mut child, Duration::from_secs(30));
+        assert_eq!(code, Some(130), "{name}");
+        assert!(took < Duration::from_secs(10), "{name}: took {took:?}");
+        assert_eq!(
+            d.count("heddle.run", &run),
+            0,
+            "{name}: a container was left behind"
+        );
+        let rec = last(&p);
+        assert_eq!(rec["status"], "interrupted", "{name}");
+        assert_eq!(
+            instance(&rec, "long")["status"]["error_class"],
+            "Interrupted",
+            "{name}"
+        );
+    }
 }
 
 #[test]
@@ -557,6 +561,36 @@ outputs = {{ o = "o" }}
     assert_eq!(status["error_class"], "Timeout");
     assert_eq!(d.count("heddle.run", &run_id(&rec)), 0);
     assert!(!p.path("out/to/hang/o").exists());
+}
+
+#[test]
+fn an_oom_kill_is_its_own_status() {
+    let Some((d, _gc)) = docker("an_oom_kill_is_its_own_status") else {
+        return;
+    };
+    // dd allocates its 64 MiB block; the limit is 16 MiB with swap off.
+    let p = project(&format!(
+        r#"
+[pipeline]
+name = "oom"
+
+[stages.big]
+image = "{BUSYBOX}"
+memory = "16m"
+run = "dd if=/dev/zero of=/dev/null bs=64M count=1 && echo survived > {{{{ out.o }}}}"
+outputs = {{ o = "o" }}
+"#
+    ));
+    let r = p.run("p.toml", &[]).code(1);
+    assert!(
+        r.stderr.contains("killed by the out-of-memory killer"),
+        "{}",
+        r.stderr
+    );
+    let rec = last(&p);
+    let status = &instance(&rec, "big")["status"];
+    assert_eq!(status["error_class"], "OutOfMemory", "{status}");
+    assert_eq!(d.count("heddle.run", &run_id(&rec)), 0);
 }
 
 #[test]

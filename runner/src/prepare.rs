@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use heddle_cache::{StatCache, Store};
-use heddle_containers::{ContainerError, Engine, PullPolicy};
+use heddle_containers::{ContainerError, Engine, ImageIdentity, PullPolicy};
 
 use crate::exec::docker::DockerExecutor;
 use crate::exec::host::HostExecutor;
@@ -24,6 +24,19 @@ pub enum PrepareError {
     Env(#[from] EnvError),
     #[error("failed to hash {what}: {detail}")]
     Hash { what: String, detail: String },
+    /// Run records and cache keys name an image by its reference, so one reference must mean
+    /// one build across every engine a pipeline talks to.
+    #[error(
+        "image {reference} is {first_id} on {first_host} but {second_id} on {second_host}; \
+         tag the two builds differently"
+    )]
+    ImageConflict {
+        reference: String,
+        first_host: String,
+        first_id: String,
+        second_host: String,
+        second_id: String,
+    },
 }
 
 pub struct PrepareOptions {
@@ -122,12 +135,25 @@ pub async fn prepare(
         .collect();
     if opts.resolve_images && !wanted.is_empty() {
         let mut engines: BTreeMap<Option<String>, Engine> = BTreeMap::new();
+        // Which engine each reference was first resolved on, to name it in a conflict.
+        let mut resolved_on: BTreeMap<&str, String> = BTreeMap::new();
         for (host, image, pull) in &wanted {
             if !engines.contains_key(host) {
                 engines.insert(host.clone(), Engine::connect(host.as_deref()).await?);
             }
             let policy: PullPolicy = pull.parse().unwrap_or_default();
             let id = engines[host].resolve_image(image, policy).await?;
+            let on = engines[host].host().to_string();
+            if let Some(first) = images.get(image).filter(|f: &&ImageIdentity| f.id != id.id) {
+                return Err(PrepareError::ImageConflict {
+                    reference: image.clone(),
+                    first_host: resolved_on[image.as_str()].clone(),
+                    first_id: first.id.clone(),
+                    second_host: on,
+                    second_id: id.id,
+                });
+            }
+            resolved_on.entry(image).or_insert(on);
             images.insert(image.clone(), id);
         }
         docker = Some(Arc::new(DockerExecutor { engines }) as Arc<dyn Executor>);
