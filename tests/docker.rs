@@ -481,6 +481,11 @@ fn start_long(d: &Docker, p: &Project) -> (Child, String) {
     });
     let run = run.unwrap();
     assert_eq!(d.count("heddle.run", &run), 1, "the stage's container runs");
+    assert_eq!(
+        d.count("heddle.pid", &child.id().to_string()),
+        1,
+        "the container names the heddle process that owns it"
+    );
     (child, run)
 }
 

@@ -93,9 +93,13 @@ impl Executor for DockerExecutor {
             if let Some(f) = env.get_mut("HEDDLE_ERROR_FILE") {
                 *f = "/heddle/work/.heddle-error.json".into();
             }
+            // `heddle.pid` and `heddle.host` say which process owns the container, so a
+            // cleanup can tell a crashed run's leftovers from a live run's containers.
             let labels = BTreeMap::from([
                 ("heddle.run".to_string(), req.run_id.clone()),
                 ("heddle.instance".to_string(), req.label.clone()),
+                ("heddle.pid".to_string(), std::process::id().to_string()),
+                ("heddle.host".to_string(), crate::sched::hostname()),
             ]);
             let spec = ContainerSpec {
                 image: c.image_id.clone(),
