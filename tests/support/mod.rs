@@ -122,3 +122,48 @@ impl Project {
         )
     }
 }
+
+/// The repository this test binary was built from.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Copy a file or folder tree (skipping `__pycache__` and `.pyc`) from `from` to `to`.
+pub fn copy_tree(from: &Path, to: &Path) {
+    if from.is_dir() {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name();
+            let n = name.to_string_lossy();
+            if n == "__pycache__" || n.ends_with(".pyc") {
+                continue;
+            }
+            copy_tree(&e.path(), &to.join(&name));
+        }
+    } else {
+        if let Some(p) = to.parent() {
+            std::fs::create_dir_all(p).unwrap();
+        }
+        std::fs::copy(from, to).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+    }
+}
+
+impl Project {
+    /// A temp project holding copies of these repository paths (e.g. `stages`, `pipelines/x.toml`),
+    /// so a test runs the real stage library without writing into the repository's out/.
+    pub fn from_repo(paths: &[&str]) -> Project {
+        let p = Project::new();
+        for rel in paths {
+            copy_tree(&repo_root().join(rel), &p.path(rel));
+        }
+        p
+    }
+
+    /// `heddle show last --json`, parsed.
+    pub fn last_record(&self) -> serde_json::Value {
+        let r = self.heddle(&["show", "last", "--json"]).ok();
+        serde_json::from_str(&r.stdout)
+            .unwrap_or_else(|e| panic!("show last --json: {e}\n{}", r.stdout))
+    }
+}
