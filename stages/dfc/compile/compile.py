@@ -10,7 +10,17 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 import traceback
+
+
+def ensure_writable_home():
+    """Containers run as the invoking uid, whose HOME (often /root or /) may not be writable, and heddle drops a
+    stage's HOME var inside containers; SDKs that write under ~ would fail. Point HOME at a private temp folder
+    when it is not writable (before the SDK is imported)."""
+    home = os.environ.get("HOME") or os.path.expanduser("~")
+    if not (os.path.isdir(home) and os.access(home, os.W_OK)):
+        os.environ["HOME"] = tempfile.mkdtemp(prefix="home-")
 
 
 def sdk_identity():
@@ -34,6 +44,7 @@ def main(argv=None):
     ap.add_argument("--out-report", required=True)
     a = ap.parse_args(argv)
     try:
+        ensure_writable_home()
         from hailo_sdk_client import ClientRunner
         runner = ClientRunner(hw_arch=a.hw_arch, har=a.har)
         hef = runner.compile()

@@ -64,6 +64,15 @@ class CaptureFds:
         return False
 
 
+def ensure_writable_home():
+    """Containers run as the invoking uid, whose HOME (often /root or /) may not be writable, and heddle drops a
+    stage's HOME var inside containers; SDKs that write under ~ would fail. Point HOME at a private temp folder
+    when it is not writable (before the SDK is imported)."""
+    home = os.environ.get("HOME") or os.path.expanduser("~")
+    if not (os.path.isdir(home) and os.access(home, os.W_OK)):
+        os.environ["HOME"] = tempfile.mkdtemp(prefix="home-")
+
+
 def sdk_identity():
     """Which hailo_sdk_client ran: version, and the TEST DOUBLE marker when it is tests/images/dfc-double's fake
     (the real SDK has no such attribute). Goes into the report, so an output made with the double says so."""
@@ -103,6 +112,7 @@ def model_script(precision, level, compression, batch_size, calibset_size):
 
 def optimize(har, calib_path, hw_arch, precision, level, compression, batch_size, calibset_size, out_har):
     import numpy as np
+    ensure_writable_home()
     from hailo_sdk_client import ClientRunner
     runner = ClientRunner(hw_arch=hw_arch, har=har)
     script = model_script(precision, level, compression, batch_size, calibset_size)

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import traceback
 
 
@@ -19,6 +20,15 @@ def record_error(exc):
     if path:
         with open(path, "w") as f:
             json.dump({"class": type(exc).__name__, "message": str(exc)}, f)
+
+
+def ensure_writable_home():
+    """Containers run as the invoking uid, whose HOME (often /root or /) may not be writable, and heddle drops a
+    stage's HOME var inside containers; SDKs that write under ~ would fail. Point HOME at a private temp folder
+    when it is not writable (before the SDK is imported)."""
+    home = os.environ.get("HOME") or os.path.expanduser("~")
+    if not (os.path.isdir(home) and os.access(home, os.W_OK)):
+        os.environ["HOME"] = tempfile.mkdtemp(prefix="home-")
 
 
 def sdk_identity():
@@ -34,6 +44,7 @@ def sdk_identity():
 
 
 def translate(model, meta, hw_arch, net_name, out_har):
+    ensure_writable_home()
     from hailo_sdk_client import ClientRunner
     runner = ClientRunner(hw_arch=hw_arch)
     runner.translate_onnx_model(model, net_name, start_node_names=[meta["start_node"]],

@@ -84,6 +84,10 @@ class DfcContext(Context):
     """DFC emulator context; documented API, untested on the real DFC until run there."""
 
     def __init__(self, har, name, hw_arch):
+        home = os.environ.get("HOME") or os.path.expanduser("~")
+        if not (os.path.isdir(home) and os.access(home, os.W_OK)):
+            # containers run as the invoking uid; the SDK may write under ~ (see dfc/translate)
+            os.environ["HOME"] = tempfile.mkdtemp(prefix="home-")
         import hailo_sdk_client as sdk
         from hailo_sdk_client import ClientRunner, InferenceContext
         # TEST DOUBLE marker: set only by tests/images/dfc-double's fake SDK; recorded so its numbers are labelled.
