@@ -750,29 +750,19 @@ run = "id -u > {{{{ out.uid }}}}; id -g > {{{{ out.gid }}}}"
 outputs = {{ uid = "uid.txt", gid = "gid.txt" }}
 "#
     ));
-    let me = std::fs::metadata("/proc/self").unwrap().uid();
-    let socket = Path::new("/var/run/docker.sock");
-    let local = std::env::var("DOCKER_HOST")
-        .map(|h| h.is_empty() || h == "unix:///var/run/docker.sock")
-        .unwrap_or(true);
-    let (uid, gid, r) = if me == 0 && local && socket.exists() && has("setpriv") {
-        let (uid, gid) = (4321u32, 4321u32);
-        chown_tree(p.root(), uid, gid);
-        let group = std::fs::metadata(socket).unwrap().gid();
-        let out = Command::new("setpriv")
-            .arg(format!("--reuid={uid}"))
-            .arg(format!("--regid={gid}"))
-            .arg(format!("--groups={group}"))
-            .arg(support::bin())
-            .args(["run", "p.toml", "--progress", "plain"])
-            .current_dir(p.root())
-            .env("HEDDLE_CACHE_DIR", &p.cache)
-            .output()
-            .unwrap();
-        (uid, gid, support::Run::from(out))
-    } else {
-        let gid = std::fs::metadata(p.root()).unwrap().gid();
-        (me, gid, p.run("p.toml", &[]))
+    let (uid, gid, r) = match Unprivileged::get() {
+        Some(u) => {
+            let r = u.heddle(
+                &p,
+                Some(u.socket_group),
+                &["run", "p.toml", "--progress", "plain"],
+            );
+            (UNPRIVILEGED, UNPRIVILEGED, r)
+        }
+        None => {
+            let m = std::fs::metadata(p.root()).unwrap();
+            (m.uid(), m.gid(), p.run("p.toml", &[]))
+        }
     };
     r.ok();
     assert_eq!(p.read("out/own/mine/uid.txt"), format!("{uid}\n"));
@@ -784,6 +774,50 @@ outputs = {{ uid = "uid.txt", gid = "gid.txt" }}
     // A stage that sets `user` runs as that user (and can still write its outputs).
     assert_eq!(p.read("out/own/theirs/uid.txt"), "1234\n");
     assert_eq!(p.read("out/own/theirs/gid.txt"), "1234\n");
+}
+
+/// The uid and gid tests run heddle as when they run as root.
+const UNPRIVILEGED: u32 = 4321;
+
+/// Running heddle as [`UNPRIVILEGED`] through `setpriv`, when the test runs as root against the
+/// local socket (otherwise the test process is already the user to check).
+struct Unprivileged {
+    socket_group: u32,
+    socket_mode: u32,
+}
+
+impl Unprivileged {
+    fn get() -> Option<Unprivileged> {
+        let root = std::fs::metadata("/proc/self").ok()?.uid() == 0;
+        let local = std::env::var("DOCKER_HOST")
+            .map(|h| h.is_empty() || h == "unix:///var/run/docker.sock")
+            .unwrap_or(true);
+        let socket = std::fs::metadata("/var/run/docker.sock").ok()?;
+        (root && local && has("setpriv")).then(|| Unprivileged {
+            socket_group: socket.gid(),
+            socket_mode: socket.mode(),
+        })
+    }
+
+    /// `heddle ARGS` in `p` (handed over to the user) with `group` as the only supplementary
+    /// group.
+    fn heddle(&self, p: &Project, group: Option<u32>, args: &[&str]) -> support::Run {
+        chown_tree(p.root(), UNPRIVILEGED, UNPRIVILEGED);
+        let mut c = Command::new("setpriv");
+        c.arg(format!("--reuid={UNPRIVILEGED}"))
+            .arg(format!("--regid={UNPRIVILEGED}"));
+        match group {
+            Some(g) => c.arg(format!("--groups={g}")),
+            None => c.arg("--clear-groups"),
+        };
+        c.arg(support::bin())
+            .args(args)
+            .current_dir(p.root())
+            .env("HEDDLE_CACHE_DIR", &p.cache)
+            .output()
+            .unwrap()
+            .into()
+    }
 }
 
 fn has(program: &str) -> bool {
@@ -865,6 +899,27 @@ fn a_missing_image_or_engine_stops_the_run_before_any_stage() {
     assert!(r.stderr.contains("/nonexistent.sock"), "{}", r.stderr);
     assert!(!p.path("mark").exists(), "a stage ran before the check");
     assert!(!p.path("out").exists());
+
+    // A socket the user may not open (checked when the test can drop to a user without the
+    // socket's group).
+    match Unprivileged::get() {
+        Some(u) if u.socket_mode & 0o006 == 0 => {
+            doomed(&p, &format!("image = \"{BUSYBOX}\""));
+            let r = u.heddle(&p, None, &["run", "p.toml"]).code(2);
+            assert_eq!(
+                r.stderr.trim().lines().count(),
+                1,
+                "one line:\n{}",
+                r.stderr
+            );
+            assert!(r.stderr.contains("permission denied"), "{}", r.stderr);
+            assert!(r.stderr.contains("docker group"), "{}", r.stderr);
+            assert!(!p.path("mark").exists(), "a stage ran before the check");
+        }
+        _ => eprintln!(
+            "(unreadable socket case not checked: needs root, setpriv and a private socket)"
+        ),
+    }
 }
 
 #[test]
