@@ -230,3 +230,46 @@ fn invoking_user() -> String {
         "0:0".into()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_sources_exist_and_open_only_for_another_user() {
+        let sb = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(sb.path().join("out/o")).unwrap();
+        mount_sources(sb.path(), false).unwrap();
+        for d in ["in", "out", "work"] {
+            assert!(sb.path().join(d).is_dir(), "{d}");
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = |p: &str| {
+                std::fs::metadata(sb.path().join(p))
+                    .unwrap()
+                    .permissions()
+                    .mode()
+                    & 0o777
+            };
+            assert_ne!(mode("out/o"), 0o777);
+            mount_sources(sb.path(), true).unwrap();
+            assert_eq!(mode("out/o"), 0o777);
+            assert_eq!(mode("work"), 0o777);
+            assert_ne!(mode("in"), 0o777, "inputs stay as they are");
+        }
+    }
+
+    #[test]
+    fn causes_join_on_one_line_without_repeats() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("failed to create a container from image x")]
+        struct Outer(#[source] std::io::Error);
+        let e = Outer(std::io::Error::other("no such image"));
+        assert_eq!(
+            with_causes(&e),
+            "failed to create a container from image x: no such image"
+        );
+    }
+}
