@@ -133,10 +133,7 @@ pub fn save(root: &Path, rec: &RunRecord) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{}.json", rec.run_id));
     let tmp = dir.join(format!(".{}.json.tmp", rec.run_id));
-    std::fs::write(
-        &tmp,
-        serde_json::to_vec_pretty(rec).expect("record serialises"),
-    )?;
+    std::fs::write(&tmp, serde_json::to_vec(rec).expect("record serialises"))?;
     std::fs::rename(&tmp, &path)?;
     Ok(path)
 }

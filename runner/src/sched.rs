@@ -469,8 +469,55 @@ fn empty_record(stage: &Stage) -> InstanceRecord {
     }
 }
 
+/// An action to record, with the key lock held until it is durable (so a process waiting on
+/// the key then finds it), or a request to report when everything sent before is recorded.
+enum Commit {
+    Action(Box<ActionEntry>, Option<heddle_cache::KeyLock>),
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+/// Group commit: whatever queued while the previous batch was being made durable goes in the
+/// next one, so one fsync covers many actions and a stage never waits for its own.
+async fn commit_loop(
+    store: Arc<Store>,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Commit>,
+    events: UnboundedSender<Event>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut entries = Vec::new();
+        let mut locks = Vec::new();
+        let mut flushes = Vec::new();
+        let mut take = |m: Commit| match m {
+            Commit::Action(e, l) => {
+                entries.push(*e);
+                locks.push(l);
+            }
+            Commit::Flush(f) => flushes.push(f),
+        };
+        take(first);
+        while let Ok(m) = rx.try_recv() {
+            take(m);
+        }
+        if !entries.is_empty() {
+            let st = store.clone();
+            let n = entries.len();
+            let res = blocking(move || st.record_actions(&entries)).await;
+            drop(locks);
+            if let Err(e) = res {
+                let _ = events.send(Event::Message(format!("failed to record {n} actions: {e}")));
+            }
+        }
+        for f in flushes {
+            let _ = f.send(());
+        }
+    }
+}
+
 struct Shared {
     ctx: Context,
+    commits: UnboundedSender<Commit>,
+    /// Earlier entries per family, read once per run to explain misses.
+    families: std::sync::Mutex<BTreeMap<String, Arc<Vec<ActionEntry>>>>,
     opts: RunOptions,
     jobs: Semaphore,
     pools: BTreeMap<String, Semaphore>,
@@ -493,7 +540,11 @@ pub async fn run(ctx: Context, opts: RunOptions, events: UnboundedSender<Event>)
         .join(&opts.run_id);
     let _ = std::fs::create_dir_all(&logs_dir);
     let _ = std::fs::create_dir_all(ctx.store.root().join("scratch"));
+    let (commit_tx, commit_rx) = unbounded_channel::<Commit>();
+    let committer = tokio::spawn(commit_loop(ctx.store.clone(), commit_rx, events.clone()));
     let shared = Arc::new(Shared {
+        commits: commit_tx,
+        families: Default::default(),
         pools: plan
             .pipeline
             .resources
@@ -597,6 +648,11 @@ pub async fn run(ctx: Context, opts: RunOptions, events: UnboundedSender<Event>)
         }
     }
 
+    let (flushed, wait) = tokio::sync::oneshot::channel();
+    if shared.commits.send(Commit::Flush(flushed)).is_ok() {
+        let _ = wait.await;
+    }
+    let _ = &committer;
     let status = if interrupts > 0 {
         RunStatus::Interrupted
     } else if done
@@ -740,10 +796,24 @@ async fn process(sh: &Arc<Shared>, id: usize, inputs: BTreeMap<String, Resolved>
     } else if !stage.cache {
         Reason::NotCacheable
     } else {
-        let st = ctx.store.clone();
         let fam = family(plan, stage);
-        let p2 = parts.clone();
-        blocking(move || explain(&p2, &st.actions_in_family(&fam).unwrap_or_default())).await
+        let cached = sh.families.lock().expect("families").get(&fam).cloned();
+        let earlier = match cached {
+            Some(e) => e,
+            None => {
+                let st = ctx.store.clone();
+                let f2 = fam.clone();
+                let e =
+                    Arc::new(blocking(move || st.actions_in_family(&f2).unwrap_or_default()).await);
+                sh.families
+                    .lock()
+                    .expect("families")
+                    .entry(fam)
+                    .or_insert(e)
+                    .clone()
+            }
+        };
+        explain(&parts, &earlier)
     };
     record.reason = reason.to_string();
 
@@ -760,7 +830,7 @@ async fn process(sh: &Arc<Shared>, id: usize, inputs: BTreeMap<String, Resolved>
         _ = sh.cancel.graceful.cancelled() => return interrupted(inst, record, sh),
     };
     // Single flight: whoever holds the key computes it; the others then take the hit.
-    let _lock = if cacheable {
+    let mut key_lock = if cacheable {
         let st = ctx.store.clone();
         let lock = match st.try_lock_key(&key) {
             Ok(Some(l)) => Some(l),
@@ -829,13 +899,9 @@ async fn process(sh: &Arc<Shared>, id: usize, inputs: BTreeMap<String, Resolved>
                     created_unix_ms: now_ms(),
                     meta: json!({"label": inst.label, "pipeline": plan.pipeline.name}),
                 };
-                let st = ctx.store.clone();
-                if let Err(e) = blocking(move || st.record_action(&entry)).await {
-                    let _ = sh.events.send(Event::Message(format!(
-                        "{}: failed to record the action: {e}",
-                        inst.label
-                    )));
-                }
+                let _ = sh
+                    .commits
+                    .send(Commit::Action(Box::new(entry), key_lock.take()));
             }
             let status = ok_status(&inst.label, &inst.matrix);
             record.status = status.clone();
@@ -920,7 +986,9 @@ async fn try_hit(
     let key = *key;
     let dir = output_dir(&plan, &inst.label);
     let files = plan.stage_of(id).outputs.clone();
-    let restored = blocking(move || -> Option<(ActionEntry, BTreeMap<String, String>)> {
+    // Inline, not on the blocking pool: a hit is a few small reads and stats, and a thread
+    // hand-off per instance is what a no-op rerun of a long chain would otherwise spend.
+    let restored = (move || -> Option<(ActionEntry, BTreeMap<String, String>)> {
         let entry = store.lookup_action(&key).ok().flatten()?;
         let mut paths = BTreeMap::new();
         for (name, out) in &entry.outputs {
@@ -934,8 +1002,7 @@ async fn try_hit(
             paths.insert(name.clone(), dest.to_string_lossy().into_owned());
         }
         Some((entry, paths))
-    })
-    .await?;
+    })()?;
     let (entry, paths) = restored;
     let status = ok_status(&inst.label, &inst.matrix);
     record.status = status.clone();
@@ -1122,8 +1189,11 @@ async fn attempt_once(
             let _ = events.send(Event::Line { id, line });
         }
     });
+    let t_exec = Instant::now();
     let outcome = exec.execute(req, ltx, sh.cancel.clone()).await;
     let _ = fwd.await;
+    tracing::debug!(label = %inst.label, ms = t_exec.elapsed().as_secs_f64() * 1e3, "executed");
+    let t_collect = Instant::now();
     let tail = || stderr_tail(&stderr_log);
     match outcome {
         Err(e) => return Err(fail("HeddleError", e.to_string(), None, None)),
@@ -1203,6 +1273,7 @@ async fn attempt_once(
     })
     .await;
     drop(sandbox);
+    tracing::debug!(label = %inst.label, ms = t_collect.elapsed().as_secs_f64() * 1e3, "collected");
     match collected {
         Ok((outs, paths)) => {
             record.output_paths = relative_paths(&plan.pipeline.root, paths);
