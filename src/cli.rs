@@ -135,6 +135,9 @@ enum Cmd {
         /// Docker host (default: DOCKER_HOST or the local socket).
         #[arg(long)]
         docker_host: Option<String>,
+        /// Also remove containers of heddle runs that are still going.
+        #[arg(long)]
+        all: bool,
     },
 }
 
@@ -398,6 +401,15 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
                 secs(rec.duration_ms)
             );
             eprintln!("outputs: {}", display_rel(&out_dir));
+            for (_, r) in rec
+                .instances
+                .iter()
+                .filter(|(_, r)| r.report && r.status.status == Status::Ok)
+            {
+                for p in r.output_paths.values().filter(|p| p.ends_with(".md")) {
+                    eprintln!("table: {}", display_rel(&plan.pipeline.root.join(p)));
+                }
+            }
             match saved {
                 Ok(path) => eprintln!("run {}: {}", rec.run_id, display_rel(&path)),
                 Err(e) => eprintln!("warning: failed to save the run record: {e}"),
@@ -437,6 +449,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
                 PrepareOptions {
                     provision_envs: false,
                     resolve_images: true,
+                    strict_images: false,
                     env_store: None,
                 },
                 &|_| {},
@@ -476,6 +489,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
                 PrepareOptions {
                     provision_envs: false,
                     resolve_images: true,
+                    strict_images: false,
                     env_store: None,
                 },
                 &|_| {},
@@ -520,6 +534,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
                 PrepareOptions {
                     provision_envs: false,
                     resolve_images: true,
+                    strict_images: false,
                     env_store: None,
                 },
                 &|_| {},
@@ -730,15 +745,25 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
         Cmd::Gc {
             containers,
             docker_host,
+            all,
         } => {
+            let all = *all;
             if !containers {
                 return Err(Fail::invalid("error: say what to collect: `heddle gc --containers` (for the cache: `heddle cache gc`)"));
             }
             let engine = heddle_containers::Engine::connect(docker_host.as_deref())
                 .await
                 .map_err(|e| Fail::invalid(format!("error: {e}")))?;
+            // A container whose heddle is still running on this host belongs to a live run.
+            let me = sched::hostname();
             let n = engine
-                .remove_labelled(None)
+                .remove_labelled_unless(None, |labels| {
+                    !all && labels.get("heddle.host") == Some(&me)
+                        && labels
+                            .get("heddle.pid")
+                            .and_then(|p| p.parse::<u32>().ok())
+                            .is_some_and(pid_alive)
+                })
                 .await
                 .map_err(|e| Fail::invalid(format!("error: {e}")))?;
             println!(
@@ -792,6 +817,7 @@ async fn execute(
         PrepareOptions {
             provision_envs: true,
             resolve_images: true,
+            strict_images: true,
             env_store,
         },
         &log,
@@ -802,6 +828,28 @@ async fn execute(
     let rec = sched::run(ctx, opts, tx).await;
     let _ = reporter.await;
     Ok(rec)
+}
+
+/// Whether a process with this pid exists (and is not a zombie) on this host.
+fn pid_alive(pid: u32) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => !stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z'),
+            Err(_) => false,
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        // Without /proc, assume alive: sparing a leftover beats killing a live run.
+        let _ = pid;
+        true
+    }
 }
 
 fn project_root(cli: &Cli) -> PathBuf {

@@ -7,6 +7,11 @@ mod logbook;
 mod report;
 
 fn main() {
+    // `heddle show --json | head` should end quietly, like any unix tool, not panic on EPIPE.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let code = cli::main();
     std::process::exit(code);
 }

@@ -197,9 +197,25 @@ impl Engine {
         &self,
         extra_label: Option<(&str, &str)>,
     ) -> Result<usize, ContainerError> {
+        self.remove_labelled_unless(extra_label, |_| false).await
+    }
+
+    /// Like [`Engine::remove_labelled`], but spare containers for which `keep(labels)` is true
+    /// (`heddle gc --containers` spares those whose owning heddle process is still alive).
+    pub async fn remove_labelled_unless(
+        &self,
+        extra_label: Option<(&str, &str)>,
+        keep: impl Fn(&HashMap<String, String>) -> bool,
+    ) -> Result<usize, ContainerError> {
         let mut labels = vec![MANAGED_LABEL];
         labels.extend(extra_label);
-        let ids = self.list_labelled(&labels).await?;
+        let ids: Vec<String> = self
+            .list_labelled_full(&labels)
+            .await?
+            .into_iter()
+            .filter(|(_, l)| !keep(l))
+            .map(|(id, _)| id)
+            .collect();
         let removed = stream::iter(ids)
             .map(|id| async move {
                 match self
@@ -228,6 +244,18 @@ impl Engine {
     }
 
     async fn list_labelled(&self, labels: &[(&str, &str)]) -> Result<Vec<String>, ContainerError> {
+        Ok(self
+            .list_labelled_full(labels)
+            .await?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect())
+    }
+
+    async fn list_labelled_full(
+        &self,
+        labels: &[(&str, &str)],
+    ) -> Result<Vec<(String, HashMap<String, String>)>, ContainerError> {
         let filter: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let options = ListContainersOptions {
             all: true,
@@ -242,7 +270,10 @@ impl Engine {
                 label: filter.join(","),
                 source,
             })?;
-        Ok(containers.into_iter().filter_map(|c| c.id).collect())
+        Ok(containers
+            .into_iter()
+            .filter_map(|c| Some((c.id?, c.labels.unwrap_or_default())))
+            .collect())
     }
 }
 

@@ -80,9 +80,7 @@ pub fn compare_blocks(entry: &str, now: &str, tol: Tolerance) -> Vec<Verdict> {
                     continue;
                 }
                 let numeric = ca.iter().skip(1).any(|c| parse_number(c).is_some());
-                if !numeric && header.is_empty()
-                    || (!numeric && ca.iter().all(|c| parse_number(c).is_none()))
-                {
+                if !numeric && (header.is_empty() || ca.iter().all(|c| parse_number(c).is_none())) {
                     header = ca.clone();
                     if ca != cb {
                         out.push(Verdict {

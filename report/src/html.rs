@@ -385,7 +385,7 @@ pub fn render(rec: &RunRecord, tables: &[Table], plots: &[PlotSpec]) -> Result<S
 
     h.push_str("<h2 id=\"slowest\">Slowest instances</h2><table><tr><th>instance</th><th>status</th><th>duration ms</th><th>reason it ran</th></tr>");
     let mut by_time: Vec<_> = rec.instances.iter().filter(|(_, r)| !r.cached).collect();
-    by_time.sort_by(|a, b| b.1.duration_ms.cmp(&a.1.duration_ms));
+    by_time.sort_by_key(|(_, r)| std::cmp::Reverse(r.duration_ms));
     for (label, r) in by_time.iter().take(10) {
         let class = status_class(r.status.status, r.cached);
         let _ = write!(

@@ -65,6 +65,11 @@ pub enum Reason {
     },
     /// The stage ran before, but never with these matrix values.
     NewInstance,
+    /// Its image could not be resolved (absent, or no engine); `run` would stop with this.
+    ImageUnavailable {
+        image: String,
+        error: String,
+    },
     EnvNotProvisioned {
         env: String,
     },
@@ -116,6 +121,9 @@ impl fmt::Display for Reason {
             Reason::NotCacheable => write!(f, "not cacheable (cache = false)"),
             Reason::UpstreamRuns { upstream } => write!(f, "upstream {upstream} will run"),
             Reason::NewInstance => write!(f, "new instance (never run with these matrix values)"),
+            Reason::ImageUnavailable { image, error } => {
+                write!(f, "image {image} unavailable: {error}")
+            }
             Reason::EnvNotProvisioned { env } => write!(f, "env {env} not provisioned yet"),
             Reason::Changed { changes } => {
                 let parts: Vec<String> = changes.iter().map(|c| c.to_string()).collect();

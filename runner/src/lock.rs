@@ -44,8 +44,9 @@ pub struct LockedInstance {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<Value>,
     pub outputs: BTreeMap<String, OutputEntry>,
-    /// The expanded key (nulls dropped: TOML has none).
-    pub key: Value,
+    /// The expanded key (nulls dropped: TOML has none); absent for a skipped instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<Value>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +58,8 @@ pub enum LockError {
     },
     #[error("failed to parse lock file {path}: {message}")]
     Parse { path: PathBuf, message: String },
+    #[error("failed to encode the lock file: {message}")]
+    Encode { message: String },
     #[error("failed to write lock file {path}: {source}")]
     Write {
         path: PathBuf,
@@ -89,10 +92,13 @@ pub fn strip_nulls(v: Value) -> Value {
 }
 
 impl LockFile {
-    pub fn to_toml(&self) -> String {
+    pub fn to_toml(&self) -> Result<String, LockError> {
         let mut s = String::from("# heddle lock file: written by `heddle run` and `heddle lock`; compare with `heddle status`.\n");
-        s.push_str(&toml::to_string_pretty(self).expect("lock serialises"));
-        s
+        let body = toml::to_string_pretty(self).map_err(|e| LockError::Encode {
+            message: e.to_string(),
+        })?;
+        s.push_str(&body);
+        Ok(s)
     }
 
     pub fn read(path: &Path) -> Result<LockFile, LockError> {
@@ -108,7 +114,7 @@ impl LockFile {
 
     /// Write atomically; returns the sha256 of the bytes written.
     pub fn write(&self, path: &Path) -> Result<Digest, LockError> {
-        let text = self.to_toml();
+        let text = self.to_toml()?;
         let tmp = path.with_extension("lock.tmp");
         let err = |source| LockError::Write {
             path: path.to_path_buf(),
@@ -142,7 +148,7 @@ impl LockFile {
                     env: r.env_identity.clone(),
                     image: r.image.clone().map(strip_nulls),
                     outputs: r.outputs.clone(),
-                    key: r.key_parts.clone().map(strip_nulls).unwrap_or(Value::Null),
+                    key: r.key_parts.clone().map(strip_nulls),
                 })
                 .collect(),
         }
@@ -173,7 +179,7 @@ impl LockFile {
                         strip_nulls(serde_json::json!({"reference": r, "id": ctx_images.get(r).map(|i| i.id.clone())}))
                     }),
                     outputs: row.outputs.clone().unwrap_or_default(),
-                    key: row.parts.as_ref().map(|p| strip_nulls(serde_json::to_value(p).expect("parts"))).unwrap_or(Value::Null),
+                    key: row.parts.as_ref().map(|p| strip_nulls(serde_json::to_value(p).expect("parts"))),
                 })
                 .collect(),
         }
@@ -236,8 +242,11 @@ impl History for LockFile {
             return Reason::NewInstance;
         };
         let current = strip_nulls(serde_json::to_value(parts).expect("parts serialise"));
+        let Some(key) = l.key.clone() else {
+            return Reason::NewInstance;
+        };
         match (
-            serde_json::from_value::<KeyParts>(l.key.clone()),
+            serde_json::from_value::<KeyParts>(key),
             serde_json::from_value::<KeyParts>(current),
         ) {
             (Ok(old), Ok(new)) => {
@@ -277,12 +286,12 @@ mod tests {
                 env: None,
                 image: None,
                 outputs: BTreeMap::new(),
-                key: strip_nulls(
+                key: Some(strip_nulls(
                     serde_json::json!({"version": "x", "env": null, "executor": {"kind": "host", "image_id": null}}),
-                ),
+                )),
             }],
         };
-        let text = lock.to_toml();
+        let text = lock.to_toml().unwrap();
         assert!(text.contains("[[instance]]"), "{text}");
         let back: LockFile = toml::from_str(&text).unwrap();
         assert_eq!(back, lock);

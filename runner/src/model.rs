@@ -216,6 +216,10 @@ pub enum WithValue {
 #[derive(Debug, Clone)]
 pub struct ContainerOpts {
     pub image: Template,
+    /// `image` / `gpus` were set by the `uses` definition, so their templates see the
+    /// definition's params; set in the pipeline, they see the pipeline's params.
+    pub image_in_def: bool,
+    pub gpus_in_def: bool,
     pub gpus: Option<GpuSpec>,
     pub devices: Vec<String>,
     pub network: String,
@@ -980,7 +984,14 @@ impl Loader {
             .flatten()
             .collect();
         let first = |f: &dyn Fn(&RawStage) -> bool| layers.iter().copied().find(|s| f(s));
-        let image = first(&|s| s.image.is_some())?.image.as_ref()?;
+        let image_layer = first(&|s| s.image.is_some())?;
+        let in_def = |layer: Option<&RawStage>| match (layer, def_stage) {
+            (Some(l), Some(d)) => std::ptr::eq(l, d),
+            _ => false,
+        };
+        let image_in_def = in_def(Some(image_layer));
+        let gpus_in_def = in_def(first(&|s| s.gpus.is_some()));
+        let image = image_layer.image.as_ref()?;
         let img = match Template::parse(image.get_ref()) {
             Ok(t) => t,
             Err(e) => {
@@ -1034,6 +1045,8 @@ impl Loader {
         }
         Some(ContainerOpts {
             image: img,
+            image_in_def,
+            gpus_in_def,
             gpus: first(&|s| s.gpus.is_some())
                 .and_then(|s| s.gpus.as_ref())
                 .map(|g| g.get_ref().clone()),

@@ -140,6 +140,12 @@ pub fn build(pipeline: Arc<Pipeline>) -> Result<Plan, Diagnostics> {
     for node in stage_order {
         let si = node.index();
         let s = &p.stages[si];
+        // A stage downstream of one that failed to plan would only add echoes of that error.
+        // (Every stage that planned has instances, so an empty upstream is one that failed.)
+        let upstream_failed = s.inputs.values().any(|i| matches!(&i.kind, InputKind::Ref { stage, .. } if by_stage[index[stage.as_str()]].is_empty()));
+        if upstream_failed {
+            continue;
+        }
         let mut assigns: Vec<Matrix> = vec![Matrix::new()];
         for (k, vals) in &s.matrix {
             assigns = assigns
@@ -309,10 +315,12 @@ pub fn build(pipeline: Arc<Pipeline>) -> Result<Plan, Diagnostics> {
                     continue;
                 }
             };
+            // Templates see the params of the layer that wrote them.
+            let scope = |in_def: bool| if in_def { &params } else { &p.params };
             let image = match &s.container {
                 Some(c) => match c
                     .image
-                    .render_plain(|path| lookup_scalar(path, &params, &m))
+                    .render_plain(|path| lookup_scalar(path, scope(c.image_in_def), &m))
                 {
                     Ok(img) if !img.trim().is_empty() => Some(img),
                     Ok(_) => {
@@ -332,12 +340,13 @@ pub fn build(pipeline: Arc<Pipeline>) -> Result<Plan, Diagnostics> {
                 },
                 None => None,
             };
+            let gpus_scope = scope(s.container.as_ref().is_some_and(|c| c.gpus_in_def));
             let gpus = match s.container.as_ref().and_then(|c| c.gpus.clone()) {
                 Some(GpuSpec::Template(t)) => {
                     let rendered = Template::parse(&t)
                         .map_err(|e| e.message)
                         .and_then(|tp| {
-                            tp.render_plain(|path| lookup_scalar(path, &params, &m))
+                            tp.render_plain(|path| lookup_scalar(path, gpus_scope, &m))
                                 .map_err(|e| e.message)
                         })
                         .and_then(|text| GpuSpec::from_text(&text));

@@ -44,6 +44,10 @@ pub struct PrepareOptions {
     pub provision_envs: bool,
     /// Connect to the engine and resolve images (needed for keys of container stages).
     pub resolve_images: bool,
+    /// `run`: a missing engine or image stops everything (exit 2), and `pull` policies apply.
+    /// `plan`/`status`/`lock`: never pull, and an image that cannot be resolved is reported
+    /// per instance instead (`Context::unresolved`).
+    pub strict_images: bool,
     /// Where python envs live, when not in `store` (a private cache for `logbook verify
     /// --fresh` still reuses the user's envs: an env is a tool, not a result).
     pub env_store: Option<Arc<Store>>,
@@ -133,16 +137,37 @@ pub async fn prepare(
             Some((c.docker_host.clone(), i.image.clone()?, c.pull.clone()))
         })
         .collect();
+    let mut unresolved = BTreeMap::new();
     if opts.resolve_images && !wanted.is_empty() {
         let mut engines: BTreeMap<Option<String>, Engine> = BTreeMap::new();
         // Which engine each reference was first resolved on, to name it in a conflict.
         let mut resolved_on: BTreeMap<&str, String> = BTreeMap::new();
         for (host, image, pull) in &wanted {
             if !engines.contains_key(host) {
-                engines.insert(host.clone(), Engine::connect(host.as_deref()).await?);
+                match Engine::connect(host.as_deref()).await {
+                    Ok(e) => {
+                        engines.insert(host.clone(), e);
+                    }
+                    Err(e) if !opts.strict_images => {
+                        unresolved.insert(image.clone(), e.to_string());
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
-            let policy: PullPolicy = pull.parse().unwrap_or_default();
-            let id = engines[host].resolve_image(image, policy).await?;
+            let policy: PullPolicy = if opts.strict_images {
+                pull.parse().unwrap_or_default()
+            } else {
+                PullPolicy::Never
+            };
+            let id = match engines[host].resolve_image(image, policy).await {
+                Ok(id) => id,
+                Err(e) if !opts.strict_images => {
+                    unresolved.insert(image.clone(), e.to_string());
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
             let on = engines[host].host().to_string();
             if let Some(first) = images.get(image).filter(|f: &&ImageIdentity| f.id != id.id) {
                 return Err(PrepareError::ImageConflict {
@@ -160,6 +185,7 @@ pub async fn prepare(
     }
 
     Ok(Context {
+        unresolved,
         plan,
         store,
         stats,

@@ -80,6 +80,9 @@ pub struct InstanceRecord {
     pub command: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logs: Option<[String; 2]>,
+    /// What the stage reported about where it ran (`$HEDDLE_FACTS_FILE`), e.g. the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facts: Option<Value>,
     /// The expanded cache key, so a record says exactly what its key was made of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_parts: Option<Value>,

@@ -40,6 +40,8 @@ pub struct Context {
     pub envs: BTreeMap<String, EnvInfo>,
     /// Image reference → identity.
     pub images: BTreeMap<String, ImageIdentity>,
+    /// Image reference → why it could not be resolved (plan/status only; `run` stops instead).
+    pub unresolved: BTreeMap<String, String>,
     pub host: Arc<dyn Executor>,
     pub docker: Option<Arc<dyn Executor>>,
 }
@@ -130,7 +132,7 @@ impl Context {
             (Some(c), Some(image)) => json!({
                 "kind": "docker",
                 "image_id": self.images.get(image).map(|i| i.id.clone()),
-                "gpus": inst.gpus.as_ref().map(|g| format!("{g:?}")),
+                "gpus": inst.gpus.as_ref().map(gpu_identity),
                 "devices": c.devices,
                 "network": c.network,
                 "shm_size": c.shm_size,
@@ -178,6 +180,17 @@ impl Context {
                 .map(|e| e.identity.clone()),
             outputs: stage.outputs.clone(),
         }
+    }
+}
+
+/// GPUs as they enter the key: spelled out, not through a Debug derive that could change.
+fn gpu_identity(g: &crate::spec::GpuSpec) -> Value {
+    use crate::spec::GpuSpec;
+    match g {
+        GpuSpec::None | GpuSpec::Template(_) => json!("none"),
+        GpuSpec::All => json!("all"),
+        GpuSpec::Count(n) => json!(n),
+        GpuSpec::Ids(v) => json!(v),
     }
 }
 
@@ -366,6 +379,24 @@ pub fn preview(ctx: &Context, opts: &RunOptions, history: &dyn History) -> Vec<P
             ));
             continue;
         }
+        if let Some(image) = inst
+            .image
+            .as_ref()
+            .filter(|i| ctx.unresolved.contains_key(*i))
+        {
+            let error = ctx.unresolved[image].clone();
+            rows.push(row(
+                false,
+                Reason::ImageUnavailable {
+                    image: image.clone(),
+                    error,
+                },
+                None,
+                None,
+                None,
+            ));
+            continue;
+        }
         if let Some(e) = stage.env.as_ref().filter(|e| !ctx.envs.contains_key(*e)) {
             rows.push(row(
                 false,
@@ -466,6 +497,7 @@ fn empty_record(stage: &Stage) -> InstanceRecord {
         command: None,
         logs: None,
         key_parts: None,
+        facts: None,
     }
 }
 
@@ -921,12 +953,12 @@ async fn process(sh: &Arc<Shared>, id: usize, inputs: BTreeMap<String, Resolved>
             }
         }
         Err(mut status) => {
-            status.tolerated = stage.allow_failure;
+            status.tolerated = stage.allow_failure && status.status == Status::Failed;
             record.status = status.clone();
             let _ = sh.events.send(Event::Finished {
                 id,
                 label: inst.label.clone(),
-                status: Status::Failed,
+                status: status.status,
                 cached: false,
                 duration_ms: record.duration_ms,
                 error: status.error.clone(),
@@ -1101,7 +1133,12 @@ async fn attempt_once(
     let command = render(&plan, inst, &layout, &ok).expect("templates were checked at plan time");
     record.command = Some(command.display());
 
-    let mut env = base_env();
+    // A container gets only what its stage declares: the host's PATH/HOME mean nothing there.
+    let mut env = if stage.container.is_some() {
+        BTreeMap::new()
+    } else {
+        base_env()
+    };
     if let Some(e) = stage.env.as_ref().and_then(|e| ctx.envs.get(e)) {
         let path = env.get("PATH").cloned().unwrap_or_default();
         let joined =
@@ -1123,6 +1160,11 @@ async fn attempt_once(
         error_file.to_string_lossy().into_owned(),
     );
     env.insert("HEDDLE_INSTANCE".into(), inst.label.clone());
+    let facts_file = sb.join("work").join(".heddle-facts.json");
+    env.insert(
+        "HEDDLE_FACTS_FILE".into(),
+        facts_file.to_string_lossy().into_owned(),
+    );
     env.insert("HEDDLE_RUN_ID".into(), sh.opts.run_id.clone());
 
     let safe = sanitize(&inst.label);
@@ -1195,6 +1237,18 @@ async fn attempt_once(
     tracing::debug!(label = %inst.label, ms = t_exec.elapsed().as_secs_f64() * 1e3, "executed");
     let t_collect = Instant::now();
     let tail = || stderr_tail(&stderr_log);
+    // Facts a stage reports about where it ran (a device's identity and firmware, say).
+    if let Ok(text) = std::fs::read_to_string(&facts_file) {
+        match serde_json::from_str::<Value>(&text) {
+            Ok(v) => record.facts = Some(v),
+            Err(e) => {
+                let _ = sh.events.send(Event::Message(format!(
+                    "{}: HEDDLE_FACTS_FILE is not JSON ({e}); ignored",
+                    inst.label
+                )));
+            }
+        }
+    }
     match outcome {
         Err(e) => return Err(fail("HeddleError", e.to_string(), None, None)),
         Ok(ExecOutcome::Exited(0)) => {}

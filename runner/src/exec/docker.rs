@@ -86,12 +86,11 @@ impl Executor for DockerExecutor {
                 });
             }
             let mut env = req.env.clone();
-            // The host's PATH means nothing inside the image.
-            env.remove("PATH");
-            env.remove("HOME");
-            env.remove("TMPDIR");
             if let Some(f) = env.get_mut("HEDDLE_ERROR_FILE") {
                 *f = "/heddle/work/.heddle-error.json".into();
+            }
+            if let Some(f) = env.get_mut("HEDDLE_FACTS_FILE") {
+                *f = "/heddle/work/.heddle-facts.json".into();
             }
             // `heddle.pid` and `heddle.host` say which process owns the container, so a
             // cleanup can tell a crashed run's leftovers from a live run's containers.
