@@ -35,11 +35,12 @@ from pathlib import Path
 
 TOOLS = ["heddle", "dvc", "snakemake", "floor"]
 SHAPES = ["chain", "fan", "matrix"]
-PHASES = ["plan", "full", "noop", "incr"]
+PHASES = ["plan", "full", "noop1", "noop", "incr"]
 PHASE_NAMES = {
     "plan": "plan / dry run (fresh)",
     "full": "first full run",
-    "noop": "no-op rerun",
+    "noop1": "first no-op rerun (once)",
+    "noop": "no-op rerun (median)",
     "incr": "incremental (source changed)",
 }
 
@@ -162,10 +163,16 @@ class Bench:
         all_ns = sorted(set(peer_ns) | set(self.a.heddle_n))
         for n in all_ns:
             for shape in self.a.shapes:
-                tools = [t for t in self.a.tools if t == "heddle" or n in peer_ns]
+                tools = [t for t in self.a.tools if t in ("heddle", "floor") or n in peer_ns]
                 for tool in tools:
                     print(f"== {shape} N={n} {tool}", flush=True)
                     getattr(self, f"shape_{tool}")(shape, n)
+                if shape == "matrix" and n not in peer_ns and "heddle" in self.a.tools:
+                    # `cat {{ in.all }}` puts every member's path into the one `sh -c` argument,
+                    # which Linux caps at 128 KiB (MAX_ARG_STRLEN): at 10,000 members heddle cannot
+                    # start it. This variant gathers through {{ in.all.dir }} to measure the rest.
+                    print(f"== matrix-dir N={n} heddle", flush=True)
+                    self.shape_heddle("matrix-dir", n)
 
     def fresh(self, template, proj):
         if proj.exists():
@@ -196,7 +203,7 @@ class Bench:
             if prepare:
                 prepare()
 
-        if plan_cmd:
+        if plan_cmd and "plan" in self.a.phases:
             self.measure(f"{k}/plan", plan_cmd, proj, setup=fresh)
         check = (lambda: self.check_output(tool, shape, n, proj / final)) if final else None
         full = self.measure(f"{k}/full", run_cmd, proj, setup=fresh, check=check)
@@ -207,14 +214,19 @@ class Bench:
                 full.note = f"finished untimed in {secs:.1f} s to measure the later phases"
                 full = M("ok")
         if not full.ok():
-            for ph in ("noop", "incr"):
+            for ph in ("noop1", "noop", "incr"):
                 self.skip(f"{k}/{ph}", "first full run did not finish")
             return
-        self.measure(f"{k}/noop", run_cmd, proj)
-        self.measure(f"{k}/incr", run_cmd, proj, setup=self.source_changer(proj), check=check)
+        # The first no-op after a run is what a user sees; it can differ (stat caches warming up).
+        if "noop1" in self.a.phases:
+            self.measure(f"{k}/noop1", run_cmd, proj, reps=1)
+        if "noop" in self.a.phases:
+            self.measure(f"{k}/noop", run_cmd, proj)
+        if "incr" in self.a.phases:
+            self.measure(f"{k}/incr", run_cmd, proj, setup=self.source_changer(proj), check=check)
 
     def check_output(self, tool, shape, n, path):
-        ref = self.reference(shape, n)
+        ref = self.reference(shape.replace("-dir", ""), n)
         if not path.exists():
             return f"final output {path} missing"
         got = path.read_bytes()
@@ -255,7 +267,8 @@ class Bench:
 
     def shape_heddle(self, shape, n):
         base, tmpl = self.gen_dir("heddle", shape, n)
-        (tmpl / "heddle.toml").write_text(heddle_pipeline(shape, n))
+        shape, variant = shape.replace("-dir", ""), shape
+        (tmpl / "heddle.toml").write_text(heddle_pipeline(variant, n))
         proj = base / "proj"
         cache = base / "cache"
         env = dict(self.env, HEDDLE_CACHE_DIR=str(cache))
@@ -267,12 +280,12 @@ class Bench:
                 shutil.rmtree(cache)
 
         label = f"s{n - 1}" if shape == "chain" else "gather"
-        final = Path("out") / shape / label / "o.txt"
+        final = Path("out") / shape.replace("-dir", "") / label / "o.txt"
         saved = self.env
         self.env = env
         try:
             self.run_phases(
-                "heddle", shape, n, tmpl, proj,
+                "heddle", variant, n, tmpl, proj,
                 [h, "--root", ".", "plan", "heddle.toml"],
                 [h, "--root", ".", "run", "heddle.toml", "-j", str(self.a.jobs), "--progress", "quiet"],
                 prepare=prepare, final=final,
@@ -319,8 +332,8 @@ class Bench:
     # -- large artefacts -------------------------------------------------------------------
 
     def large(self):
-        gen = self.a.big_cmd
-        size = 1 << 30
+        gen = self.a.big_cmd.replace("SIZE", self.a.big_size)
+        size = parse_size(self.a.big_size)
         # heddle
         base = self.runs / "large" / "heddle"
         if base.exists():
@@ -350,6 +363,7 @@ class Bench:
         print("== large heddle", flush=True)
         first = self.measure("heddle/large/full", run, proj, env=env, reps=1, check=size_ok)
         if first.ok():
+            self.measure("heddle/large/noop1", run, proj, env=env, reps=1, check=size_ok)
             self.measure("heddle/large/noop", run, proj, env=env, check=size_ok)
             self.measure("heddle/large/restore", run, proj, env=env, setup=lambda i: out.unlink(), check=size_ok)
             st = out.stat()
@@ -359,7 +373,7 @@ class Bench:
             )
             self.measure("heddle/large/verify", [h, "cache", "verify"], proj, env=env, reps=min(3, self.a.reps))
         else:
-            for ph in ("noop", "restore", "verify"):
+            for ph in ("noop1", "noop", "restore", "verify"):
                 self.skip(f"heddle/large/{ph}", "first run did not finish")
         # DVC
         if "dvc" in self.a.tools:
@@ -378,11 +392,12 @@ class Bench:
             out = proj / "big.bin"
             first = self.measure("dvc/large/full", [dvc, "repro"], proj, reps=1, check=size_ok)
             if first.ok():
+                self.measure("dvc/large/noop1", [dvc, "repro"], proj, reps=1, check=size_ok)
                 self.measure("dvc/large/noop", [dvc, "repro"], proj, check=size_ok)
                 self.measure("dvc/large/restore", [dvc, "repro"], proj, setup=lambda i: out.unlink(), check=size_ok)
                 self.measure("dvc/large/checkout", [dvc, "checkout"], proj, setup=lambda i: out.unlink(), check=size_ok)
             else:
-                for ph in ("noop", "restore", "checkout"):
+                for ph in ("noop1", "noop", "restore", "checkout"):
                     self.skip(f"dvc/large/{ph}", "first run did not finish")
         self.results["dvc/large/verify"] = M("n/a", note="DVC has no command that re-hashes its cache")
 
@@ -394,7 +409,7 @@ class Bench:
         d.mkdir(parents=True, exist_ok=True)
         f = d / "1GiB.bin"
         if not f.exists() or f.stat().st_size != 1 << 30:
-            subprocess.run(["bash", "-c", f"{self.a.big_cmd} > {f}"], check=True)
+            subprocess.run(["bash", "-c", f"{self.a.big_cmd.replace('SIZE', '1G')} > {f}"], check=True)
         subprocess.run(["cat", str(f)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
         digests = {}
         for name, cmd in (
@@ -440,9 +455,15 @@ class Bench:
         self.measure("docker-none-init/container/run",
                      ["docker", "run", "--rm", "--network", "none", "--init", image, "true"], d, reps=n, limit=60)
         script = self.repo / "benches" / "container.sh"
-        if script.exists():
+        if script.exists() and self.a.container_sh:
             st, secs, log = self.timed(["bash", script], self.repo, max(self.a.limit, 600), tag="container.sh")
-            self.container_sh = (st, secs, Path(log).read_text(errors="replace")[-3000:])
+            text = Path(log).read_text(errors="replace")
+            self.container_sh = (st, secs, text[-3000:])
+            for key, label in (("heddle-binary", "heddle run --no-cache"),
+                               ("docker-sh", "docker run --rm "), ("docker-none-sh", "docker run --rm --network none")):
+                m = re.search(r"^\s*" + re.escape(label.strip()) + r"\s+([0-9.]+)\s*$", text, re.M)
+                if m:
+                    self.record(f"{key}/container/run", M("ok", float(m.group(1)) / 1000, note="benches/container.sh", log=log))
             if st != "ok":
                 self.anomalies.append(f"benches/container.sh: {st} after {secs:.1f} s (log: `{log}`)")
         else:
@@ -472,6 +493,18 @@ class Bench:
             "openssl": out(["openssl", "version"]),
             "docker": out(["docker", "version", "--format", "server {{.Server.Version}}, client {{.Client.Version}}"]),
         }
+
+
+def human(s):
+    m = re.fullmatch(r"([0-9]+)([KMG]?)", s.strip().upper())
+    return f"{m.group(1)} {dict(K='KiB', M='MiB', G='GiB').get(m.group(2), 'bytes')}" if m else s
+
+
+def parse_size(s):
+    m = re.fullmatch(r"([0-9]+)([KMG]?)", s.strip().upper())
+    if not m:
+        raise SystemExit(f"--big-size {s!r}: expected e.g. 1G, 256M")
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)]
 
 
 def tail(log, n=3):
@@ -527,6 +560,7 @@ def floor_script(shape, n):
 
 
 def heddle_pipeline(shape, n):
+    variant, shape = shape, shape.replace("-dir", "")
     L = [f'[pipeline]\nname = "{shape}"\n']
     src = 'src = { path = "src.txt" }'
     if shape == "chain":
@@ -542,7 +576,13 @@ def heddle_pipeline(shape, n):
     else:
         vals = ", ".join(str(i) for i in range(n))
         L.append(f'[stages.m]\nmatrix = {{ i = [{vals}] }}\ninputs = {{ {src} }}\nrun = "echo {{{{ matrix.i }}}} | cat {{{{ in.src }}}} - > {{{{ out.o }}}}"\noutputs = {{ o = "o.txt" }}\n')
-        L.append('[stages.gather]\ninputs = { all = "m[*].o" }\nrun = "cat {{ in.all }} > {{ out.o }}"\noutputs = { o = "o.txt" }\n')
+        if variant == "matrix-dir":
+            # members are in.all.dir/i=K/o.txt; cat them in matrix order
+            L.append('[stages.gather]\ninputs = { all = "m[*].o" }\n'
+                     'run = "cd {{ in.all.dir }} && printf \'%s\\\\n\' */o.txt | sort -t= -k2,2n | xargs cat > {{ out.o }}"\n'
+                     'outputs = { o = "o.txt" }\n')
+        else:
+            L.append('[stages.gather]\ninputs = { all = "m[*].o" }\nrun = "cat {{ in.all }} > {{ out.o }}"\noutputs = { o = "o.txt" }\n')
     return "\n".join(L)
 
 
@@ -668,34 +708,39 @@ def write_report(b: Bench, path: Path, started, ended, load0, load1, cmdline, el
     if "shapes" in a.only:
         w("## Medians (wall time)\n")
         w("| shape | N | phase | heddle | DVC | Snakemake | shell loop |\n|---|---:|---|---:|---:|---:|---:|")
-        for shape in a.shapes:
+        extra = ["matrix-dir"] if any(k.startswith("heddle/matrix-dir/") for k in R) else []
+        for shape in a.shapes + extra:
             for n in ns:
                 for ph in PHASES:
                     row = [fmt(R.get(f"{t}/{shape}/{n}/{ph}")) if (t == "heddle" or n in a.n) else "—"
                            for t in ("heddle", "dvc", "snakemake")]
                     fl = fmt(R.get(f"floor/{shape}/{n}/full")) if ph in ("full", "incr") and f"floor/{shape}/{n}/full" in R else "—"
+                    if shape == "matrix-dir":
+                        row = [fmt(R.get(f"heddle/{shape}/{n}/{ph}")), "—", "—"]
                     if all(x == "—" for x in row):
                         continue
                     w(f"| {shape} | {n} | {PHASE_NAMES[ph]} | {' | '.join(row)} | {fl} |")
         w("")
         w("## Ratios (heddle ÷ other; below 1 means heddle is faster)\n")
         w("| shape | N | phase | heddle/DVC | heddle/Snakemake | heddle/faster peer | heddle/shell loop |\n|---|---:|---|---:|---:|---:|---:|")
-        for shape in a.shapes:
-            for n in a.n:
+        for shape in a.shapes + extra:
+            for n in ns:
                 for ph in PHASES:
                     h = R.get(f"heddle/{shape}/{n}/{ph}")
+                    if h is None:
+                        continue
                     d, s = R.get(f"dvc/{shape}/{n}/{ph}"), R.get(f"snakemake/{shape}/{n}/{ph}")
-                    fl = R.get(f"floor/{shape}/{n}/full") if ph in ("full", "incr") else None
+                    fl = R.get(f"floor/{shape.replace('-dir', '')}/{n}/full") if ph in ("full", "incr") else None
                     best = faster(d, s)
                     w(f"| {shape} | {n} | {PHASE_NAMES[ph]} | {ratio(h, d)[0]} | {ratio(h, s)[0]} | "
                       f"{ratio(h, best)[0]} | {ratio(h, fl)[0]} |")
         w("")
 
     if "large" in a.only:
-        w("## 1 GiB artefact\n")
-        w(f"One stage writes 1 GiB (`{a.big_cmd}`).\n")
+        w(f"## Large artefact ({human(a.big_size)})\n")
+        w(f"One stage writes {human(a.big_size)} (`{a.big_cmd.replace('SIZE', a.big_size)}`).\n")
         w("| step | heddle | DVC |\n|---|---:|---:|")
-        for ph, name in (("full", "first run"), ("noop", "no-op rerun"),
+        for ph, name in (("full", "first run"), ("noop1", "first no-op rerun (once)"), ("noop", "no-op rerun (median)"),
                          ("restore", "restore after deleting the output (`heddle run` / `dvc repro`)"),
                          ("checkout", "restore by `dvc checkout`"), ("verify", "`heddle cache verify`")):
             w(f"| {name} | {fmt(R.get(f'heddle/large/{ph}'))} | {fmt(R.get(f'dvc/large/{ph}'))} |")
@@ -719,6 +764,11 @@ def write_report(b: Bench, path: Path, started, ended, load0, load1, cmdline, el
         w(f"| heddle's engine wrapper: create → start → wait → remove (`overhead` example; network none, init) | {fmt(R.get('heddle/container/run'))} |")
         w(f"| `docker run --rm {a.image} true` | {fmt(R.get('docker/container/run'))} |")
         w(f"| `docker run --rm --network none --init {a.image} true` | {fmt(R.get('docker-none-init/container/run'))} |")
+        for key, label in (("heddle-binary", "benches/container.sh: `heddle run --no-cache` of a one-stage container pipeline"),
+                           ("docker-none-sh", "benches/container.sh: `docker run --rm --network none`"),
+                           ("docker-sh", "benches/container.sh: `docker run --rm`")):
+            if f"{key}/container/run" in R:
+                w(f"| {label} | {fmt(R.get(f'{key}/container/run'))} |")
         w("")
         cs = getattr(b, "container_sh", None)
         if cs:
@@ -781,9 +831,9 @@ def targets(b):
                   verdict(r <= 1.5) if r is not None else "not measured"))
     if "large" in a.only:
         m = R.get("heddle/large/restore")
-        T.append(("1 GiB restore under 50 ms", fmt(m), verdict(m.value < 0.05) if m and m.ok() else "not measured"))
+        T.append((f"{human(a.big_size)}: restore under 50 ms (target is for 1 GiB)", fmt(m), verdict(m.value < 0.05) if m and m.ok() else "not measured"))
         m = R.get("heddle/large/noop")
-        T.append(("1 GiB no-op under 100 ms", fmt(m), verdict(m.value < 0.1) if m and m.ok() else "not measured"))
+        T.append((f"{human(a.big_size)}: no-op under 100 ms (target is for 1 GiB)", fmt(m), verdict(m.value < 0.1) if m and m.ok() else "not measured"))
     if "hash" in a.only:
         h, s = R.get("heddle/hash/1GiB"), R.get("sha256sum/hash/1GiB")
         if h and s and h.ok() and s.ok():
@@ -791,6 +841,10 @@ def targets(b):
         else:
             T.append(("hashing ≥ 90% of sha256sum's throughput", "—", "not measured"))
     if "containers" in a.only:
+        hb, db = R.get("heddle-binary/container/run"), R.get("docker-sh/container/run")
+        if hb and db and hb.ok() and db.ok():
+            T.append(("container stage ≤ 1.0× `docker run --rm` (heddle binary, benches/container.sh)",
+                      f"{hb.value / db.value:.2f}× ({fsec(hb.value)} vs {fsec(db.value)})", verdict(hb.value <= db.value)))
         h, d = R.get("heddle/container/run"), R.get("docker/container/run")
         if h and d and h.ok() and d.ok():
             T.append(("container stage ≤ 1.0× `docker run --rm`",
@@ -819,7 +873,10 @@ def main():
     p.add_argument("--jobs", "-j", type=int, default=2)
     p.add_argument("--container-n", type=int, default=None)
     p.add_argument("--image", default="heddle-test/busybox:latest")
-    p.add_argument("--big-cmd", default="head -c 1G /dev/urandom")
+    p.add_argument("--big-cmd", default="head -c SIZE /dev/urandom", help="the large stage's generator; SIZE is replaced")
+    p.add_argument("--big-size", default=None, help="the large stage's output size (default 1G; 256M with --smoke)")
+    p.add_argument("--phases", default=None, help="shape phases: plan,full,noop1,noop,incr (default all; --smoke: plan,full,noop1)")
+    p.add_argument("--container-sh", default=None, choices=["yes", "no"], help="also run benches/container.sh when it exists (default yes; no with --smoke)")
     p.add_argument("--finish-after-limit", action="store_true",
                    help="when a first full run hits the limit, finish it untimed so no-op/incremental get measured")
     p.add_argument("--quick", action="store_true", help="N = 100, 3 runs per measurement")
@@ -836,6 +893,9 @@ def main():
     a.reps = a.reps or (1 if a.smoke else 3 if a.quick else 5)
     a.limit = a.limit or (180 if a.smoke else 300)
     a.container_n = a.container_n or (5 if a.smoke else 20)
+    a.big_size = a.big_size or ("256M" if a.smoke else "1G")
+    a.phases = [x for x in (a.phases or ("plan,full,noop1" if a.smoke else ",".join(PHASES))).split(",") if x]
+    a.container_sh = (a.container_sh or ("no" if a.smoke else "yes")) == "yes"
     out = Path(a.out) if a.out else (Path(a.work) / "RESULTS-smoke.md" if a.smoke else Path(a.repo) / "benches" / "RESULTS.md")
 
     b = Bench(a)
@@ -877,7 +937,7 @@ def main():
             for tool in ("heddle", "dvc"):
                 if tool in a.tools:
                     m = b.results.get(f"{tool}/large/full")
-                    checks.append((f"{tool} 1 GiB", bool(m and m.ok())))
+                    checks.append((f"{tool} large artefact", bool(m and m.ok())))
         if "hash" in a.only:
             for name in ("heddle", "sha256sum"):
                 m = b.results.get(f"{name}/hash/1GiB")
