@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-TOOLS = ["heddle", "dvc", "snakemake", "floor"]
+TOOLS = ["heddle", "dvc", "snakemake", "floor", "floorsh"]
 SHAPES = ["chain", "fan", "matrix"]
 PHASES = ["plan", "full", "noop1", "noop", "incr"]
 PHASE_NAMES = {
@@ -163,7 +163,7 @@ class Bench:
         all_ns = sorted(set(peer_ns) | set(self.a.heddle_n))
         for n in all_ns:
             for shape in self.a.shapes:
-                tools = [t for t in self.a.tools if t in ("heddle", "floor") or n in peer_ns]
+                tools = [t for t in self.a.tools if t in ("heddle", "floor", "floorsh") or n in peer_ns]
                 for tool in tools:
                     print(f"== {shape} N={n} {tool}", flush=True)
                     getattr(self, f"shape_{tool}")(shape, n)
@@ -264,6 +264,15 @@ class Bench:
         k = f"floor/{shape}/{n}"
         self.measure(f"{k}/full", ["bash", "floor.sh"], proj,
                      check=lambda: self.check_output("floor", shape, n, proj / final_file(shape, n)))
+
+    def shape_floorsh(self, shape, n):
+        """The loop again, each command through its own `sh -c` (as every tool runs a stage)."""
+        base, tmpl = self.gen_dir("floorsh", shape, n)
+        (tmpl / "floor.sh").write_text(floor_script(shape, n, sh_c=True))
+        proj = base / "proj"
+        self.fresh(tmpl, proj)
+        self.measure(f"floorsh/{shape}/{n}/full", ["bash", "floor.sh"], proj,
+                     check=lambda: self.check_output("floorsh", shape, n, proj / final_file(shape, n)))
 
     def shape_heddle(self, shape, n):
         base, tmpl = self.gen_dir("heddle", shape, n)
@@ -554,9 +563,12 @@ def floor_commands(shape, n):
     return cmds
 
 
-def floor_script(shape, n):
+def floor_script(shape, n, sh_c=False):
     d = "s" if shape == "chain" else "m"
-    return "set -e\nmkdir -p " + d + "\n" + "\n".join(floor_commands(shape, n)) + "\n"
+    cmds = floor_commands(shape, n)
+    if sh_c:
+        cmds = [f"sh -c '{c}'" for c in cmds]
+    return "set -e\nmkdir -p " + d + "\n" + "\n".join(cmds) + "\n"
 
 
 def heddle_pipeline(shape, n):
@@ -697,7 +709,8 @@ def write_report(b: Bench, path: Path, started, ended, load0, load1, cmdline, el
       f"`--cores {a.jobs}`; **DVC `repro` runs stages one at a time, it has no parallel mode**); "
       f"no-op = the same command again; incremental = after writing new content to src.txt (every stage "
       f"depends on it, so everything downstream reruns).")
-    w(f"- Floor: `bash floor.sh`, the same commands one after another in one shell.")
+    w(f"- Floor: `bash floor.sh`, the same commands one after another in one shell (the ratios use this one); "
+      f"also shown, the same loop with each command in its own `sh -c`, as every tool starts a stage.")
     w(f"- Each number is the median of up to {a.reps} runs (one run when the first took over {a.long:g} s), "
       f"timed from spawn to exit; limit {a.limit:g} s per measurement (\"> limit\" when hit; the later phases "
       f"of that project are then skipped). Every full and incremental run's final output is checked "
@@ -707,7 +720,7 @@ def write_report(b: Bench, path: Path, started, ended, load0, load1, cmdline, el
     ns = sorted(set(a.n) | set(a.heddle_n))
     if "shapes" in a.only:
         w("## Medians (wall time)\n")
-        w("| shape | N | phase | heddle | DVC | Snakemake | shell loop |\n|---|---:|---|---:|---:|---:|---:|")
+        w("| shape | N | phase | heddle | DVC | Snakemake | shell loop | loop, `sh -c` each |\n|---|---:|---|---:|---:|---:|---:|---:|")
         extra = ["matrix-dir"] if any(k.startswith("heddle/matrix-dir/") for k in R) else []
         for shape in a.shapes + extra:
             for n in ns:
@@ -717,9 +730,10 @@ def write_report(b: Bench, path: Path, started, ended, load0, load1, cmdline, el
                     fl = fmt(R.get(f"floor/{shape}/{n}/full")) if ph in ("full", "incr") and f"floor/{shape}/{n}/full" in R else "—"
                     if shape == "matrix-dir":
                         row = [fmt(R.get(f"heddle/{shape}/{n}/{ph}")), "—", "—"]
-                    if all(x == "—" for x in row):
+                    fs = fmt(R.get(f"floorsh/{shape}/{n}/full")) if ph in ("full", "incr") and f"floorsh/{shape}/{n}/full" in R else "—"
+                    if all(x == "—" for x in row + [fl, fs]):
                         continue
-                    w(f"| {shape} | {n} | {PHASE_NAMES[ph]} | {' | '.join(row)} | {fl} |")
+                    w(f"| {shape} | {n} | {PHASE_NAMES[ph]} | {' | '.join(row)} | {fl} | {fs} |")
         w("")
         w("## Ratios (heddle ÷ other; below 1 means heddle is faster)\n")
         w("| shape | N | phase | heddle/DVC | heddle/Snakemake | heddle/faster peer | heddle/shell loop |\n|---|---:|---|---:|---:|---:|---:|")
