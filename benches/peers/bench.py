@@ -492,7 +492,8 @@ class Bench:
         dirty = subprocess.run(["git", "-C", str(self.repo), "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True).stdout.strip()
         return {
-            "heddle": f"{out([self.bin / 'heddle', '--version'])} (commit {rev}{', with uncommitted changes in the work tree' if dirty else ''})",
+            "heddle": f"{out([self.bin / 'heddle', '--version'])} (checkout at commit {rev}{', with uncommitted changes in the work tree' if dirty else ''}; "
+                      f"binary built {dt.datetime.fromtimestamp((self.bin / 'heddle').stat().st_mtime).astimezone().strftime('%Y-%m-%d %H:%M %z')})",
             "DVC": out([self.venv / "dvc", "--version"]),
             "Snakemake": out([self.venv / "snakemake", "--version"]),
             "Python (peers)": out([self.venv / "python", "-V"]),

@@ -37,6 +37,14 @@ fi
 
 # 2. heddle and the examples (hash_bench: heddle's hasher; overhead: the container engine wrapper).
 # Copied into work/bin so a rebuild elsewhere in the checkout cannot swap them mid-run.
+# PEERS_NO_BUILD=1 skips cargo and uses what work/bin already holds (e.g. while another build
+# holds cargo's lock).
+if [[ ${PEERS_NO_BUILD:-} == 1 ]]; then
+    for b in heddle hash_bench overhead; do
+        [[ -x $work/bin/$b ]] || { echo "error: PEERS_NO_BUILD=1 but $work/bin/$b is missing" >&2; exit 2; }
+    done
+    exec "$work/venv/bin/python" "$here/bench.py" --repo "$repo" --work "$work" "$@"
+fi
 if [[ -z ${HEDDLE_BIN:-} ]]; then
     (cd "$repo" && cargo build --release --quiet --bin heddle)
     HEDDLE_BIN=$repo/target/release/heddle
