@@ -74,6 +74,7 @@ class Bench:
         self.bin = self.work / "bin"
         self.venv = self.work / "venv" / "bin"
         self.runs = self.work / "runs"
+        self.trash = self.work / "trash"
         self.logs = self.work / "logs"
         self.results = {}  # key -> M
         self.anomalies = []
@@ -83,6 +84,26 @@ class Bench:
         self.env["DVC_NO_ANALYTICS"] = "1"
         self.env["LC_ALL"] = "C"
         self.env.pop("HEDDLE_CACHE_DIR", None)
+
+    # -- files -----------------------------------------------------------------------------
+
+    def discard(self, path):
+        """Move a tree aside instead of deleting it now. On ext4 without a journal (this machine's
+        root), every inode deleted in the last ~30 s makes each new inode's allocation scan past it
+        (fs/ext4/ialloc.c recently_deleted): deleting a 10,000-file tree right before a timed run
+        made creating a file ~30x slower for that run. The trash is emptied between sections."""
+        self.trash.mkdir(parents=True, exist_ok=True)
+        self.seq += 1
+        os.rename(path, self.trash / f"{self.seq}-{path.name}")
+
+    def empty_trash(self, settle=True):
+        """Delete the moved-aside trees, then wait out ext4's recently-deleted window."""
+        if self.trash.exists() and any(self.trash.iterdir()):
+            n = sum(1 for _ in self.trash.rglob("*"))
+            shutil.rmtree(self.trash)
+            if settle and n > 2000:
+                print(f"  (deleted {n} files; waiting {self.a.settle:g} s for ext4 to settle)", flush=True)
+                time.sleep(self.a.settle)
 
     # -- processes -------------------------------------------------------------------------
 
@@ -163,6 +184,7 @@ class Bench:
         all_ns = sorted(set(peer_ns) | set(self.a.heddle_n))
         for n in all_ns:
             for shape in self.a.shapes:
+                self.empty_trash()
                 tools = [t for t in self.a.tools if t in ("heddle", "floor", "floorsh") or n in peer_ns]
                 for tool in tools:
                     print(f"== {shape} N={n} {tool}", flush=True)
@@ -176,13 +198,13 @@ class Bench:
 
     def fresh(self, template, proj):
         if proj.exists():
-            shutil.rmtree(proj)
+            self.discard(proj)
         shutil.copytree(template, proj, symlinks=True)
 
     def gen_dir(self, tool, shape, n):
         base = self.runs / f"{shape}-{n}" / tool
         if base.exists():
-            shutil.rmtree(base)
+            self.discard(base)
         tmpl = base / "template"
         tmpl.mkdir(parents=True)
         (tmpl / "src.txt").write_text("source v0\n")
@@ -248,7 +270,7 @@ class Bench:
         if key not in self._refs:
             d = self.runs / f"{shape}-{n}" / "reference"
             if d.exists():
-                shutil.rmtree(d)
+                self.discard(d)
             d.mkdir(parents=True)
             (d / "src.txt").write_text("source v0\n")
             (d / "floor.sh").write_text(floor_script(shape, n))
@@ -286,7 +308,7 @@ class Bench:
 
         def prepare():
             if cache.exists():
-                shutil.rmtree(cache)
+                self.discard(cache)
 
         label = f"s{n - 1}" if shape == "chain" else "gather"
         final = Path("out") / shape.replace("-dir", "") / label / "o.txt"
@@ -346,7 +368,7 @@ class Bench:
         # heddle
         base = self.runs / "large" / "heddle"
         if base.exists():
-            shutil.rmtree(base)
+            self.discard(base)
         proj = base / "proj"
         proj.mkdir(parents=True)
         cache = base / "cache"
@@ -389,7 +411,7 @@ class Bench:
             print("== large dvc", flush=True)
             base = self.runs / "large" / "dvc"
             if base.exists():
-                shutil.rmtree(base)
+                self.discard(base)
             proj = base / "proj"
             proj.mkdir(parents=True)
             (proj / "seed.txt").write_text("seed\n")
@@ -493,7 +515,7 @@ class Bench:
                                capture_output=True, text=True).stdout.strip()
         return {
             "heddle": f"{out([self.bin / 'heddle', '--version'])} (checkout at commit {rev}{', with uncommitted changes in the work tree' if dirty else ''}; "
-                      f"binary built {dt.datetime.fromtimestamp((self.bin / 'heddle').stat().st_mtime).astimezone().strftime('%Y-%m-%d %H:%M %z')})",
+                      f"binary from {mtime(self.bin / 'heddle')})",
             "DVC": out([self.venv / "dvc", "--version"]),
             "Snakemake": out([self.venv / "snakemake", "--version"]),
             "Python (peers)": out([self.venv / "python", "-V"]),
@@ -503,6 +525,13 @@ class Bench:
             "openssl": out(["openssl", "version"]),
             "docker": out(["docker", "version", "--format", "server {{.Server.Version}}, client {{.Client.Version}}"]),
         }
+
+
+def mtime(p):
+    try:
+        return dt.datetime.fromtimestamp(Path(p).stat().st_mtime).astimezone().strftime("%Y-%m-%d %H:%M %z")
+    except OSError:
+        return "?"
 
 
 def human(s):
@@ -886,6 +915,8 @@ def main():
     p.add_argument("--limit", type=float, default=None, help="seconds per measurement (default 300)")
     p.add_argument("--long", type=float, default=10.0, help="a first sample longer than this is not repeated")
     p.add_argument("--jobs", "-j", type=int, default=2)
+    p.add_argument("--settle", type=float, default=None,
+                   help="seconds to wait after deleting a large tree (ext4 without a journal; default 35, 0 with --smoke)")
     p.add_argument("--container-n", type=int, default=None)
     p.add_argument("--image", default="heddle-test/busybox:latest")
     p.add_argument("--big-cmd", default="head -c SIZE /dev/urandom", help="the large stage's generator; SIZE is replaced")
@@ -898,6 +929,8 @@ def main():
     p.add_argument("--smoke", action="store_true", help="CI: N = 100, one run, short limits; exit 1 unless every tool produced a row")
     p.add_argument("--out", default=None, help="report path (default benches/RESULTS.md; work/RESULTS-smoke.md with --smoke)")
     p.add_argument("--note", default="", help="a sentence for the report (e.g. the machine was shared)")
+    p.add_argument("--report-only", default=None, metavar="STATE_JSON",
+                   help="re-render the report from a saved work/results.json without measuring")
     a = p.parse_args()
     small = a.quick or a.smoke
     a.n = [int(x) for x in (a.n or ("100" if small else "100,1000")).split(",") if x]
@@ -908,31 +941,62 @@ def main():
     a.reps = a.reps or (1 if a.smoke else 3 if a.quick else 5)
     a.limit = a.limit or (180 if a.smoke else 300)
     a.container_n = a.container_n or (5 if a.smoke else 20)
+    a.settle = a.settle if a.settle is not None else (0 if a.smoke else 35)
     a.big_size = a.big_size or ("256M" if a.smoke else "1G")
     a.phases = [x for x in (a.phases or ("plan,full,noop1" if a.smoke else ",".join(PHASES))).split(",") if x]
     a.container_sh = (a.container_sh or ("no" if a.smoke else "yes")) == "yes"
     out = Path(a.out) if a.out else (Path(a.work) / "RESULTS-smoke.md" if a.smoke else Path(a.repo) / "benches" / "RESULTS.md")
 
     b = Bench(a)
+    state_file = b.work / ("results-smoke.json" if a.smoke else "results.json")
+    if a.report_only:
+        # Re-render the report from the last run's saved state (no measuring).
+        st = json.loads(Path(a.report_only).read_text())
+        res = st.get("results", st)
+        b.results = {k: M(**v) for k, v in res.items()}
+        meta = st.get("meta", {})
+        b.anomalies = st.get("anomalies", [f"`{k}`: {fmt(m)}" + (f" — {m.note}" if m.note else "")
+                                           for k, m in b.results.items() if m.status in ("error", "limit")])
+        b.link_note = st.get("link_note")
+        b.container_sh = st.get("container_sh")
+        for k in ("n", "heddle_n", "shapes", "tools", "only", "reps", "limit", "long", "jobs", "container_n",
+                  "image", "big_cmd", "big_size", "phases", "note"):
+            if k in meta:
+                setattr(a, k, meta[k])
+        write_report(b, out, meta.get("started", "?"), meta.get("ended", "?"), meta.get("load0", "?"),
+                     meta.get("load1", "?"), meta.get("cmdline", "?"), meta.get("elapsed", 0))
+        print(f"report: {out}")
+        return
     b.runs.mkdir(parents=True, exist_ok=True)
     if b.logs.exists():
         shutil.rmtree(b.logs)
     started = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
     load0 = " ".join(open("/proc/loadavg").read().split()[:3])
     t0 = time.monotonic()
-    cmdline = "bash benches/peers/run.sh" + "".join(" " + x for x in sys.argv[1:] if not x.startswith("--repo") and not x.startswith("--work") and x not in (a.repo, a.work))
+    cmdline = "bash benches/peers/run.sh" + "".join(
+        " " + (x if re.fullmatch(r"[A-Za-z0-9_.,=/-]+", x) else "'" + x.replace("'", "'\\''") + "'")
+        for x in sys.argv[1:] if x not in ("--repo", "--work", a.repo, a.work))
+    if a.note:
+        cmdline = cmdline.replace(" --note '" + a.note.replace("'", "'\\''") + "'", "")
     for section, fn in (("shapes", b.shapes), ("large", b.large), ("hash", b.hashing), ("containers", b.containers)):
         if section in a.only:
+            b.empty_trash()
             try:
                 fn()
             except Exception as e:  # noqa: BLE001  keep going: one broken section must not lose the others
                 b.anomalies.append(f"section {section} failed: {e.__class__.__name__}: {e}")
                 print(f"!! section {section} failed: {e!r}", flush=True)
+    b.empty_trash(settle=False)
     ended = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
     load1 = " ".join(open("/proc/loadavg").read().split()[:3])
     elapsed = time.monotonic() - t0
+    meta = dict(started=started, ended=ended, load0=load0, load1=load1, cmdline=cmdline, elapsed=elapsed,
+                **{k: getattr(a, k) for k in ("n", "heddle_n", "shapes", "tools", "only", "reps", "limit", "long",
+                                              "jobs", "container_n", "image", "big_cmd", "big_size", "phases", "note")})
+    state_file.write_text(json.dumps(dict(
+        meta=meta, results={k: v.to_json() for k, v in b.results.items()}, anomalies=b.anomalies,
+        link_note=getattr(b, "link_note", None), container_sh=getattr(b, "container_sh", None)), indent=1))
     write_report(b, out, started, ended, load0, load1, cmdline, elapsed)
-    (b.work / "results.json").write_text(json.dumps({k: v.to_json() for k, v in b.results.items()}, indent=1))
     print(f"report: {out} ({elapsed / 60:.1f} min)")
     for t in targets(b):
         print(f"target: {t[0]}: {t[1]} -> {t[2]}")
