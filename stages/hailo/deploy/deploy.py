@@ -106,6 +106,11 @@ def main(argv=None):
            **power, "details": {"run2": stats, "seconds": a.seconds}}
     with open(a.out, "w") as f:
         json.dump(out, f, indent=2)
+    # The run record names the device that made the measurement (heddle reads this file).
+    facts = os.environ.get("HEDDLE_FACTS_FILE")
+    if facts:
+        with open(facts, "w") as f:
+            json.dump({"device": out["device"], "hailortcli": a.hailortcli}, f)
     print(json.dumps({k: out[k] for k in ("fps", "hw_latency_ms", "overall_latency_ms", "power_supported")}),
           file=sys.stderr)
 

@@ -209,6 +209,7 @@ def main(argv=None):
     ap.add_argument("--out-md", required=True)
     ap.add_argument("--out-csv", required=True)
     ap.add_argument("--out-json", required=True)
+    ap.add_argument("--out-plots", help="heddle plots file (heddle report draws it)")
     a = ap.parse_args(argv)
     members = collect(a.probes_dir)
     md, agreement, failures = render(members, a.title)
@@ -234,7 +235,27 @@ def main(argv=None):
         if m["probe"] else {}) for m in members], "start_loss_agreement": agreement, "failures": failures}
     with open(a.out_json, "w") as f:
         json.dump(summary, f, indent=2, sort_keys=True)
+    if a.out_plots:
+        with open(a.out_plots, "w") as f:
+            json.dump(plots(members), f, indent=2, sort_keys=True)
     sys.stdout.write(md)
+
+
+def plots(members):
+    """Sign agreement, r and ratio against eps, one series per precision x context, in heddle's
+    plots schema ({"plots": [{title, x_label, y_label, x_log, y_log, series: [{name, points}]}]})."""
+    ok = sorted((m for m in members if m["status"] == "ok"), key=lambda m: (prec_key(m["precision"]), m["context"]))
+    out = []
+    for metric, label, y_log in (("sign", "sign agreement", False), ("r", "Pearson r", False),
+                                 ("ratio", "median |g| ratio (quantised / float)", True)):
+        series = []
+        for m in ok:
+            pts = [[r["eps"], r[metric]] for r in m["probe"]["rows"]
+                   if r.get(metric) is not None and (not y_log or r[metric] > 0)]
+            series.append({"name": f'{m["precision"]} {m["context"]}', "points": sorted(pts)})
+        out.append({"title": f"{label} vs eps", "x_label": "eps", "y_label": label,
+                    "x_log": True, "y_log": y_log, "series": series})
+    return {"plots": out}
 
 
 if __name__ == "__main__":
