@@ -368,17 +368,7 @@ pub fn preview(ctx: &Context, opts: &RunOptions, history: &dyn History) -> Vec<P
                 parts,
                 outputs,
             };
-        if let Some(&d) = inst.deps.iter().find(|d| known[**d].is_none()) {
-            let upstream = plan.instances[d].label.clone();
-            rows.push(row(
-                false,
-                Reason::UpstreamRuns { upstream },
-                None,
-                None,
-                None,
-            ));
-            continue;
-        }
+        // First: a run would stop on this before anything else.
         if let Some(image) = inst
             .image
             .as_ref()
@@ -391,6 +381,17 @@ pub fn preview(ctx: &Context, opts: &RunOptions, history: &dyn History) -> Vec<P
                     image: image.clone(),
                     error,
                 },
+                None,
+                None,
+                None,
+            ));
+            continue;
+        }
+        if let Some(&d) = inst.deps.iter().find(|d| known[**d].is_none()) {
+            let upstream = plan.instances[d].label.clone();
+            rows.push(row(
+                false,
+                Reason::UpstreamRuns { upstream },
                 None,
                 None,
                 None,
