@@ -43,3 +43,10 @@ echo "== cargo test"
 cargo test --workspace --release 2>&1 | tee target/cargo-test.log
 echo "== pytest (stage scripts)"
 "$venv/bin/pytest" -q tests/python
+
+# The logbook's entries must reproduce. Tolerances match the tables' printed precision.
+echo "== logbook entries"
+for entry in logbook/*.md; do
+  ./target/release/heddle logbook verify "$entry" --rtol 1e-3 --atol 1e-3 > target/logbook-verify.log
+  tail -n 3 target/logbook-verify.log
+done
