@@ -29,6 +29,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,12 +59,13 @@ class M:
     samples: list = field(default_factory=list)
     note: str = ""
     log: str = ""
+    cpu: list = field(default_factory=list)  # user+sys seconds of the process tree per sample
 
     def ok(self):
         return self.status == "ok"
 
     def to_json(self):
-        return dict(status=self.status, value=self.value, samples=self.samples, note=self.note, log=self.log)
+        return dict(status=self.status, value=self.value, samples=self.samples, note=self.note, log=self.log, cpu=self.cpu)
 
 
 class Bench:
@@ -125,18 +127,30 @@ class Bench:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-            try:
-                rc = p.wait(timeout=limit)
-                secs = time.perf_counter() - t0
-            except subprocess.TimeoutExpired:
+            # A blocking wait4 (Popen.wait(timeout=...) polls with growing sleeps, which rounds a
+            # 20 ms run up to 31.5 ms); a timer kills the whole process group at the limit.
+            killed = threading.Event()
+
+            def kill():
+                killed.set()
                 try:
                     os.killpg(p.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-                p.wait()
+
+            timer = threading.Timer(limit, kill) if limit else None
+            if timer:
+                timer.start()
+            _, status, ru = os.wait4(p.pid, 0)
+            secs = time.perf_counter() - t0
+            if timer:
+                timer.cancel()
+            rc = p.returncode = os.waitstatus_to_exitcode(status)
+            self.last_cpu = ru.ru_utime + ru.ru_stime
+            if killed.is_set():
                 lf.write(f"\n[bench] killed at the {limit} s limit\n".encode())
                 return "limit", float(limit), str(log)
-            lf.write(f"\n[bench] exit {rc} after {secs:.4f} s\n".encode())
+            lf.write(f"\n[bench] exit {rc} after {secs:.4f} s, cpu {self.last_cpu:.4f} s\n".encode())
         if rc != 0:
             return "error", secs, str(log)
         return "ok", secs, str(log)
@@ -147,6 +161,7 @@ class Bench:
         reps = reps or self.a.reps
         limit = limit or self.a.limit
         samples = []
+        cpus = []
         log = ""
         for i in range(reps):
             if setup:
@@ -162,9 +177,10 @@ class Bench:
                 if err:
                     return self.record(key, M("error", None, samples, note=err, log=log))
             samples.append(secs)
+            cpus.append(round(self.last_cpu, 4))
             if secs > self.a.long:
                 break
-        return self.record(key, M("ok", statistics.median(samples), samples, log=log))
+        return self.record(key, M("ok", statistics.median(samples), samples, log=log, cpu=cpus))
 
     def record(self, key, m):
         self.results[key] = m
@@ -560,7 +576,7 @@ def fmt(m, limit=None):
     if m.status == "ok":
         return fsec(m.value)
     if m.status == "limit":
-        return f"> {m.value:.0f} s"
+        return f"> {m.value:g} s"
     if m.status == "skipped":
         return "skipped"
     if m.status == "n/a":
