@@ -439,25 +439,9 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
             })
         }
         Cmd::Plan { p, json } => {
-            let plan = Arc::new(load_plan(&cli, p)?);
-            let store = open_store(&cli)?;
-            let stats = stat_cache(&plan);
-            let ctx = prepare(
-                plan.clone(),
-                store,
-                stats.clone(),
-                PrepareOptions {
-                    provision_envs: false,
-                    resolve_images: true,
-                    strict_images: false,
-                    env_store: None,
-                },
-                &|_| {},
-            )
-            .await?;
+            let (_, ctx) = prepared(&cli, p).await?;
             let history = sched::CacheHistory::new(&ctx.store);
             let rows = sched::preview(&ctx, &RunOptions::default(), &history);
-            let _ = stats.save();
             if *json {
                 println!("{}", serde_json::to_string_pretty(&rows).expect("json"));
             } else {
@@ -479,25 +463,9 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
             Ok(EXIT_OK)
         }
         Cmd::Lock { p } => {
-            let plan = Arc::new(load_plan(&cli, p)?);
-            let store = open_store(&cli)?;
-            let stats = stat_cache(&plan);
-            let ctx = prepare(
-                plan.clone(),
-                store,
-                stats.clone(),
-                PrepareOptions {
-                    provision_envs: false,
-                    resolve_images: true,
-                    strict_images: false,
-                    env_store: None,
-                },
-                &|_| {},
-            )
-            .await?;
+            let (plan, ctx) = prepared(&cli, p).await?;
             let history = sched::CacheHistory::new(&ctx.store);
             let rows = sched::preview(&ctx, &RunOptions::default(), &history);
-            let _ = stats.save();
             let missing: Vec<&str> = rows
                 .iter()
                 .filter(|r| !r.cached)
@@ -522,26 +490,10 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
             Ok(EXIT_OK)
         }
         Cmd::Status { p, check, json } => {
-            let plan = Arc::new(load_plan(&cli, p)?);
+            let (plan, ctx) = prepared(&cli, p).await?;
             let path = lock::lock_path(&plan.pipeline.file);
             let lockfile = LockFile::read(&path).map_err(|e| Fail::invalid(format!("error: {e}\n  = help: `heddle run` writes it after a successful run; `heddle lock` writes it from the cache")))?;
-            let store = open_store(&cli)?;
-            let stats = stat_cache(&plan);
-            let ctx = prepare(
-                plan.clone(),
-                store,
-                stats.clone(),
-                PrepareOptions {
-                    provision_envs: false,
-                    resolve_images: true,
-                    strict_images: false,
-                    env_store: None,
-                },
-                &|_| {},
-            )
-            .await?;
             let rows = sched::preview(&ctx, &RunOptions::default(), &lockfile);
-            let _ = stats.save();
             let labels: BTreeSet<&str> = rows.iter().map(|r| r.label.as_str()).collect();
             let removed: Vec<&str> = lockfile
                 .instances
@@ -773,6 +725,24 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
             Ok(EXIT_OK)
         }
     }
+}
+
+/// Load, plan and prepare without running or provisioning (plan, status, lock): never pulls,
+/// and reports images it cannot resolve per instance.
+async fn prepared(cli: &Cli, p: &PipelineArgs) -> Result<(Arc<Plan>, sched::Context), Fail> {
+    let plan = Arc::new(load_plan(cli, p)?);
+    let store = open_store(cli)?;
+    let stats = stat_cache(&plan);
+    let opts = PrepareOptions {
+        provision_envs: false,
+        resolve_images: true,
+        strict_images: false,
+        env_store: None,
+    };
+    let ctx = prepare(plan.clone(), store, stats.clone(), opts, &|_| {}).await?;
+    // Hashes learnt while planning spare the next command the reads.
+    let _ = stats.save();
+    Ok((plan, ctx))
 }
 
 /// Load, plan and run a pipeline with `--set` overrides (for the logbook's reruns).

@@ -614,7 +614,14 @@ pub async fn run(ctx: Context, opts: RunOptions, events: UnboundedSender<Event>)
                     let sh = shared.clone();
                     let tx = tx.clone();
                     tokio::spawn(async move {
-                        let d = process(&sh, id, inputs).await;
+                        // A panic inside an instance must end that instance, not hang the run.
+                        let sh2 = sh.clone();
+                        let d = match tokio::spawn(async move { process(&sh2, id, inputs).await })
+                            .await
+                        {
+                            Ok(d) => d,
+                            Err(e) => internal_failure(&sh, id, &e.to_string()),
+                        };
                         let _ = tx.send((id, d));
                     });
                     None
@@ -701,7 +708,17 @@ pub async fn run(ctx: Context, opts: RunOptions, events: UnboundedSender<Event>)
     RunRecord {
         run_id: shared.opts.run_id.clone(),
         pipeline: plan.pipeline.name.clone(),
-        pipeline_file: plan.pipeline.file.to_string_lossy().into_owned(),
+        // Relative to the project root, so records and entries travel between checkouts.
+        pipeline_file: std::path::absolute(&plan.pipeline.file)
+            .ok()
+            .and_then(|a| {
+                a.strip_prefix(&plan.pipeline.root)
+                    .ok()
+                    .map(Path::to_path_buf)
+            })
+            .unwrap_or_else(|| plan.pipeline.file.clone())
+            .to_string_lossy()
+            .into_owned(),
         status,
         started_unix_ms,
         duration_ms: shared.started.elapsed().as_millis() as u64,
@@ -970,6 +987,38 @@ async fn process(sh: &Arc<Shared>, id: usize, inputs: BTreeMap<String, Resolved>
                 record,
             }
         }
+    }
+}
+
+fn internal_failure(sh: &Shared, id: usize, what: &str) -> Done {
+    let inst = &sh.ctx.plan.instances[id];
+    let status = StatusRecord {
+        label: inst.label.clone(),
+        status: Status::Failed,
+        exit_code: None,
+        error_class: Some("InternalError".into()),
+        error: Some(format!(
+            "InternalError: heddle failed on this instance ({what}); please report it"
+        )),
+        stderr_tail: None,
+        cause: None,
+        tolerated: false,
+        matrix: inst.matrix.clone(),
+    };
+    let mut record = empty_record(sh.ctx.plan.stage_of(id));
+    record.status = status.clone();
+    let _ = sh.events.send(Event::Finished {
+        id,
+        label: inst.label.clone(),
+        status: Status::Failed,
+        cached: false,
+        duration_ms: 0,
+        error: status.error.clone(),
+    });
+    Done {
+        status,
+        outputs: BTreeMap::new(),
+        record,
     }
 }
 
