@@ -841,7 +841,11 @@ def write_report(b: Bench, path: Path, started, ended, load0, load1, cmdline, el
     for t in targets(b):
         w(f"| {t[0]} | {t[1]} | {t[2]} |")
     w("")
-    w("## Anomalies\n")
+    obs = Path(__file__).with_name("observations.md")
+    if obs.exists() and not a.smoke:
+        w("## Observations (hand-written from the run above; re-check them after regenerating)\n")
+        w(obs.read_text().strip() + "\n")
+    w("## Anomalies recorded by the harness\n")
     if b.anomalies:
         for x in b.anomalies:
             w(f"- {x}")
