@@ -509,6 +509,9 @@ enum Commit {
     Flush(tokio::sync::oneshot::Sender<()>),
 }
 
+/// How long the committer gathers actions before making them durable in one go.
+const COMMIT_WINDOW: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Group commit: whatever queued while the previous batch was being made durable goes in the
 /// next one, so one fsync covers many actions and a stage never waits for its own.
 async fn commit_loop(
@@ -527,9 +530,19 @@ async fn commit_loop(
             }
             Commit::Flush(f) => flushes.push(f),
         };
+        let mut flushing = matches!(first, Commit::Flush(_));
         take(first);
-        while let Ok(m) = rx.try_recv() {
-            take(m);
+        // Gather for a short window: an fsync stalls the filesystem's journal for everyone, so
+        // fewer, larger commits keep it off the stages' critical path. A flush ends the wait.
+        let deadline = tokio::time::Instant::now() + COMMIT_WINDOW;
+        while !flushing {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(m)) => {
+                    flushing = matches!(m, Commit::Flush(_));
+                    take(m);
+                }
+                _ => break,
+            }
         }
         if !entries.is_empty() {
             let st = store.clone();
