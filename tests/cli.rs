@@ -536,6 +536,10 @@ outputs = { o = "o" }
     assert!(!alive(&pid), "sleep {pid} survived");
     let show = p.heddle(&["show", "last", "--json"]).ok();
     assert!(show.stdout.contains("\"interrupted\""), "{}", show.stdout);
+    // An interrupted stage did not fail: it did not finish.
+    let v: serde_json::Value = serde_json::from_str(&show.stdout).unwrap();
+    assert_eq!(v["instances"][0][1]["status"]["status"], "skipped");
+    assert_eq!(v["instances"][0][1]["status"]["error_class"], "Interrupted");
 }
 
 /// A process is alive when /proc has it and it is not a zombie (this machine's PID 1 does not
@@ -663,4 +667,23 @@ fn cache_keys_do_not_depend_on_checkout_or_cache_dir() {
     let k1 = p1.heddle(&["plan", "k.toml", "--json"]).ok().stdout;
     let k2 = p2.heddle(&["plan", "k.toml", "--json"]).ok().stdout;
     assert_eq!(k1, k2);
+}
+
+#[test]
+fn facts_a_stage_reports_land_in_the_run_record() {
+    let p = Project::new();
+    p.file(
+        "p.toml",
+        r#"
+[pipeline]
+name = "facts"
+[stages.deploy]
+run = "echo '{\"device\": {\"architecture\": \"HAILO10H\", \"firmware\": \"5.3.2\"}}' > \"$HEDDLE_FACTS_FILE\"; echo ok > {{ out.o }}"
+outputs = { o = "o.txt" }
+"#,
+    );
+    p.run("p.toml", &[]).ok();
+    let show = p.heddle(&["show", "last", "--json"]).ok();
+    let v: serde_json::Value = serde_json::from_str(&show.stdout).unwrap();
+    assert_eq!(v["instances"][0][1]["facts"]["device"]["firmware"], "5.3.2");
 }

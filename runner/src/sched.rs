@@ -1346,7 +1346,14 @@ async fn attempt_once(
             ))
         }
         Ok(ExecOutcome::Cancelled) => {
-            return Err(fail("Interrupted", "interrupted".into(), None, tail()))
+            // Interrupted is not a stage failure: it did not finish.
+            let mut s = fail("Interrupted", "interrupted".into(), None, tail());
+            s.status = Status::Skipped;
+            s.cause = Some(Cause {
+                label: "interrupt".into(),
+                error: Some("run interrupted".into()),
+            });
+            return Err(s);
         }
     }
 
