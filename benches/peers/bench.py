@@ -184,6 +184,12 @@ class Bench:
 
     def record(self, key, m):
         self.results[key] = m
+        if getattr(self, "state_file", None):
+            # Saved after every measurement, so an interrupted run can still be reported
+            # (--report-only work/results.partial.json).
+            self.state_file.with_suffix(".partial.json").write_text(json.dumps(dict(
+                meta=getattr(self, "meta", {}), results={k: v.to_json() for k, v in self.results.items()},
+                anomalies=self.anomalies)))
         shown = fmt(m)
         print(f"  {key:<40} {shown:>12}   {' '.join(f'{s:.3f}' for s in m.samples)} {m.note[:200]}", flush=True)
         if m.status in ("error", "limit"):
@@ -340,17 +346,33 @@ class Bench:
         finally:
             self.env = saved
 
-    def shape_snakemake(self, shape, n):
+    def shape_snakemake(self, shape, n, deep=False):
         base, tmpl = self.gen_dir("snakemake", shape, n)
         (tmpl / "Snakefile").write_text(snakefile(shape, n))
         proj = base / "proj"
-        sm = self.venv / "snakemake"
+        sm = [self.venv / "snakemake"]
+        if deep:
+            sm = [self.venv / "python", Path(__file__).with_name("snakemake_deep.py")]
         self.run_phases(
             "snakemake", shape, n, tmpl, proj,
-            [sm, "-n", "--cores", str(self.a.jobs)],
-            [sm, "--cores", str(self.a.jobs)],
+            sm + ["-n", "--cores", str(self.a.jobs)],
+            sm + ["--cores", str(self.a.jobs)],
             final=final_file(shape, n),
         )
+        k = f"snakemake/{shape}/{n}"
+        if deep:
+            for ph in PHASES:
+                if f"{k}/{ph}" in self.results:
+                    self.results[f"{k}/{ph}"].note = (DEEP + " " + self.results[f"{k}/{ph}"].note).strip()
+            return
+        logs = [self.results[f"{k}/{ph}"].log for ph in ("plan", "full") if f"{k}/{ph}" in self.results]
+        if any("RecursionError" in Path(lg).read_text(errors="replace") for lg in logs if lg):
+            self.anomalies.append(
+                f"`{k}`: Snakemake {'plan and run' if len(logs) > 1 else 'run'} stop with \"RecursionError: maximum "
+                f"recursion depth exceeded\" while building the DAG of a {n}-deep chain; measured again "
+                f"through benches/peers/snakemake_deep.py (Python recursion limit raised), marked †")
+            print("  (Snakemake hit Python's recursion limit; again with snakemake_deep.py)", flush=True)
+            self.shape_snakemake(shape, n, deep=True)
 
     def shape_dvc(self, shape, n):
         base, tmpl = self.gen_dir("dvc", shape, n)
@@ -570,13 +592,17 @@ def tail(log, n=3):
         return ""
 
 
+DEEP = "[deep]"
+
+
 def fmt(m, limit=None):
     if m is None:
         return "—"
+    mark = " †" if DEEP in (m.note or "") else ""
     if m.status == "ok":
-        return fsec(m.value)
+        return fsec(m.value) + mark
     if m.status == "limit":
-        return f"> {m.value:g} s"
+        return f"> {m.value:g} s{mark}"
     if m.status == "skipped":
         return "skipped"
     if m.status == "n/a":
@@ -755,6 +781,8 @@ def write_report(b: Bench, path: Path, started, ended, load0, load1, cmdline, el
       f"`--cores {a.jobs}`; **DVC `repro` runs stages one at a time, it has no parallel mode**); "
       f"no-op = the same command again; incremental = after writing new content to src.txt (every stage "
       f"depends on it, so everything downstream reruns).")
+    w("- †: Snakemake stopped with a RecursionError on this chain; the number is from "
+      "`benches/peers/snakemake_deep.py` (Snakemake with Python's recursion limit raised).")
     w(f"- Floor: `bash floor.sh`, the same commands one after another in one shell (the ratios use this one); "
       f"also shown, the same loop with each command in its own `sh -c`, as every tool starts a stage.")
     w(f"- Each number is the median of up to {a.reps} runs (one run when the first took over {a.long:g} s), "
@@ -951,6 +979,8 @@ def main():
     p.add_argument("--note", default="", help="a sentence for the report (e.g. the machine was shared)")
     p.add_argument("--report-only", default=None, metavar="STATE_JSON",
                    help="re-render the report from a saved work/results.json without measuring")
+    p.add_argument("--merge", action="append", default=[], metavar="STATE_JSON",
+                   help="with --report-only: overlay the results of another saved run")
     a = p.parse_args()
     small = a.quick or a.smoke
     a.n = [int(x) for x in (a.n or ("100" if small else "100,1000")).split(",") if x]
@@ -974,6 +1004,15 @@ def main():
         st = json.loads(Path(a.report_only).read_text())
         res = st.get("results", st)
         b.results = {k: M(**v) for k, v in res.items()}
+        for extra in a.merge:
+            # Results measured in a separate invocation replace (or add to) the main run's.
+            ex = json.loads(Path(extra).read_text())
+            for k, v in ex.get("results", {}).items():
+                b.results[k] = M(**v)
+            st.setdefault("anomalies", []).extend(
+                x + f" (from {Path(extra).name})" for x in ex.get("anomalies", []))
+            st.setdefault("merged", []).append(f"{ex.get('meta', {}).get('cmdline', extra)} "
+                                               f"({ex.get('meta', {}).get('started', '?')})")
         meta = st.get("meta", {})
         b.anomalies = st.get("anomalies", [f"`{k}`: {fmt(m)}" + (f" — {m.note}" if m.note else "")
                                            for k, m in b.results.items() if m.status in ("error", "limit")])
@@ -983,11 +1022,15 @@ def main():
                   "image", "big_cmd", "big_size", "phases", "note"):
             if k in meta:
                 setattr(a, k, meta[k])
+        cmd = meta.get("cmdline", "?")
+        if st.get("merged"):
+            cmd += "`, plus results from `" + "`, `".join(st["merged"])
         write_report(b, out, meta.get("started", "?"), meta.get("ended", "?"), meta.get("load0", "?"),
-                     meta.get("load1", "?"), meta.get("cmdline", "?"), meta.get("elapsed", 0))
+                     meta.get("load1", "?"), cmd, meta.get("elapsed", 0))
         print(f"report: {out}")
         return
     b.runs.mkdir(parents=True, exist_ok=True)
+    b.state_file = state_file
     if b.logs.exists():
         shutil.rmtree(b.logs)
     started = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
@@ -998,6 +1041,9 @@ def main():
         for x in sys.argv[1:] if x not in ("--repo", "--work", a.repo, a.work))
     if a.note:
         cmdline = cmdline.replace(" --note '" + a.note.replace("'", "'\\''") + "'", "")
+    b.meta = dict(started=started, load0=load0, cmdline=cmdline,
+                  **{k: getattr(a, k) for k in ("n", "heddle_n", "shapes", "tools", "only", "reps", "limit", "long",
+                                                "jobs", "container_n", "image", "big_cmd", "big_size", "phases", "note")})
     for section, fn in (("shapes", b.shapes), ("large", b.large), ("hash", b.hashing), ("containers", b.containers)):
         if section in a.only:
             b.empty_trash()
