@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import statistics
@@ -118,6 +119,14 @@ class Bench:
             lf.write(f"$ (cd {cwd} && {' '.join(map(str, cmd))})\n".encode())
             lf.flush()
             t0 = time.perf_counter()
+            mem = self.a.mem_limit
+
+            def limit_memory():
+                # A runaway measurement (heddle's matrix incremental at N=10,000 reached 24 GB RSS
+                # and the kernel's OOM killer) must not take the shared machine with it.
+                if mem:
+                    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+
             p = subprocess.Popen(
                 [str(c) for c in cmd],
                 cwd=cwd,
@@ -126,6 +135,7 @@ class Bench:
                 stdout=lf,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=limit_memory,
             )
             # A blocking wait4 (Popen.wait(timeout=...) polls with growing sleeps, which rounds a
             # 20 ms run up to 31.5 ms); a timer kills the whole process group at the limit.
@@ -146,6 +156,7 @@ class Bench:
             if timer:
                 timer.cancel()
             rc = p.returncode = os.waitstatus_to_exitcode(status)
+            self.last_rc = rc
             self.last_cpu = ru.ru_utime + ru.ru_stime
             if killed.is_set():
                 lf.write(f"\n[bench] killed at the {limit} s limit\n".encode())
@@ -170,7 +181,9 @@ class Bench:
             if st != "ok":
                 m = M(st, secs if st == "limit" else None, samples, log=log)
                 if st == "error":
-                    m.note = f"exit non-zero, see {log}: " + tail(log)
+                    rc = self.last_rc
+                    why = f"killed by signal {-rc}" if rc < 0 else f"exit {rc}"
+                    m.note = f"{why}, see {log}: " + tail(log)
                 return self.record(key, m)
             if check:
                 err = check()
@@ -745,7 +758,7 @@ def write_report(b: Bench, path: Path, started, ended, load0, load1, cmdline, el
                 break
     except OSError:
         pass
-    fs = subprocess.run(["stat", "-f", "-c", "%T", str(b.work)], capture_output=True, text=True).stdout.strip()
+    fs = subprocess.run(["findmnt", "-no", "FSTYPE,OPTIONS", "-T", str(b.work)], capture_output=True, text=True).stdout.strip() or "?"
     out = []
     w = out.append
     w("# heddle vs DVC vs Snakemake: results\n")
@@ -767,7 +780,7 @@ def write_report(b: Bench, path: Path, started, ended, load0, load1, cmdline, el
         w(f"**Note:** {a.note}\n")
     w("## Tool versions\n")
     w("| tool | version |\n|---|---|")
-    for k, v in b.versions().items():
+    for k, v in (getattr(b, "saved_versions", None) or b.versions()).items():
         w(f"| {k} | {v} |")
     w("")
     w("## Method\n")
@@ -834,7 +847,7 @@ def write_report(b: Bench, path: Path, started, ended, load0, load1, cmdline, el
             w(f"| {name} | {fmt(R.get(f'heddle/large/{ph}'))} | {fmt(R.get(f'dvc/large/{ph}'))} |")
         w("")
         if getattr(b, "link_note", None):
-            w(f"{b.link_note}; DVC's default link type is `reflink,copy` (a copy on {fs}).\n")
+            w(f"{b.link_note}; DVC's default link type is `reflink,copy` (a copy, as this filesystem has no reflink).\n")
 
     if "hash" in a.only:
         w("## sha256 of a 1 GiB file (warm page cache)\n")
@@ -937,6 +950,10 @@ def targets(b):
         if hb and db and hb.ok() and db.ok():
             T.append(("container stage ≤ 1.0× `docker run --rm` (heddle binary, benches/container.sh)",
                       f"{hb.value / db.value:.2f}× ({fsec(hb.value)} vs {fsec(db.value)})", verdict(hb.value <= db.value)))
+        dn = R.get("docker-none-sh/container/run")
+        if hb and dn and hb.ok() and dn.ok():
+            T.append(("the same, against `docker run --rm --network none` (the isolation heddle gives a stage)",
+                      f"{hb.value / dn.value:.2f}× ({fsec(hb.value)} vs {fsec(dn.value)})", verdict(hb.value <= dn.value)))
         h, d = R.get("heddle/container/run"), R.get("docker/container/run")
         if h and d and h.ok() and d.ok():
             T.append(("container stage ≤ 1.0× `docker run --rm`",
@@ -963,6 +980,7 @@ def main():
     p.add_argument("--limit", type=float, default=None, help="seconds per measurement (default 300)")
     p.add_argument("--long", type=float, default=10.0, help="a first sample longer than this is not repeated")
     p.add_argument("--jobs", "-j", type=int, default=2)
+    p.add_argument("--mem-limit", default="8G", help="address-space limit (RLIMIT_AS) per measured process; 0 for none")
     p.add_argument("--settle", type=float, default=None,
                    help="seconds to wait after deleting a large tree (ext4 without a journal; default 35, 0 with --smoke)")
     p.add_argument("--container-n", type=int, default=None)
@@ -991,6 +1009,7 @@ def main():
     a.reps = a.reps or (1 if a.smoke else 3 if a.quick else 5)
     a.limit = a.limit or (180 if a.smoke else 300)
     a.container_n = a.container_n or (5 if a.smoke else 20)
+    a.mem_limit = parse_size(a.mem_limit) if a.mem_limit not in ("0", "") else 0
     a.settle = a.settle if a.settle is not None else (0 if a.smoke else 35)
     a.big_size = a.big_size or ("256M" if a.smoke else "1G")
     a.phases = [x for x in (a.phases or ("plan,full,noop1" if a.smoke else ",".join(PHASES))).split(",") if x]
@@ -1017,6 +1036,7 @@ def main():
         b.anomalies = st.get("anomalies", [f"`{k}`: {fmt(m)}" + (f" — {m.note}" if m.note else "")
                                            for k, m in b.results.items() if m.status in ("error", "limit")])
         b.link_note = st.get("link_note")
+        b.saved_versions = meta.get("versions")
         b.container_sh = st.get("container_sh")
         for k in ("n", "heddle_n", "shapes", "tools", "only", "reps", "limit", "long", "jobs", "container_n",
                   "image", "big_cmd", "big_size", "phases", "note"):
@@ -1057,6 +1077,7 @@ def main():
     load1 = " ".join(open("/proc/loadavg").read().split()[:3])
     elapsed = time.monotonic() - t0
     meta = dict(started=started, ended=ended, load0=load0, load1=load1, cmdline=cmdline, elapsed=elapsed,
+                versions=b.versions(),
                 **{k: getattr(a, k) for k in ("n", "heddle_n", "shapes", "tools", "only", "reps", "limit", "long",
                                               "jobs", "container_n", "image", "big_cmd", "big_size", "phases", "note")})
     state_file.write_text(json.dumps(dict(
