@@ -78,7 +78,7 @@ class Bench:
         self.venv = self.work / "venv" / "bin"
         self.runs = self.work / "runs"
         self.trash = self.work / "trash"
-        self.logs = self.work / "logs"
+        self.logs = self.work / ("logs-smoke" if args.smoke else "logs")  # a smoke run keeps the full run's logs
         self.results = {}  # key -> M
         self.anomalies = []
         self.seq = 0
