@@ -240,34 +240,57 @@ fn diff_maps(
     }
 }
 
-/// Explain a miss: diff against the nearest earlier entry of the same family — one with the
-/// same matrix values first (the same instance, earlier), else the one with fewest differences.
-pub fn explain(parts: &KeyParts, earlier: &[ActionEntry]) -> Reason {
-    let mut best: Option<(usize, bool, Vec<Change>)> = None;
-    for e in earlier {
-        let Ok(old) = serde_json::from_value::<KeyParts>(e.key_parts.clone()) else {
-            continue;
-        };
-        let same_instance = old.matrix == parts.matrix;
-        let changes = diff(&old, parts);
-        if changes.is_empty() {
-            continue;
-        }
-        let score = changes.len();
-        let better = match &best {
-            None => true,
-            Some((s, same, _)) => {
-                (same_instance && !same) || (same_instance == *same && score < *s)
+/// Earlier entries of one family, parsed once and grouped by matrix values, so explaining a
+/// miss costs a diff against the same instance's entries only (a 1,000-wide matrix would
+/// otherwise diff every instance against every entry).
+#[derive(Debug, Default)]
+pub struct Earlier {
+    by_matrix: std::collections::HashMap<String, Vec<KeyParts>>,
+}
+
+impl Earlier {
+    pub fn new(entries: &[ActionEntry]) -> Earlier {
+        let mut by_matrix: std::collections::HashMap<String, Vec<KeyParts>> = Default::default();
+        for e in entries {
+            if let Ok(p) = serde_json::from_value::<KeyParts>(e.key_parts.clone()) {
+                by_matrix.entry(matrix_key(&p.matrix)).or_default().push(p);
             }
+        }
+        Earlier { by_matrix }
+    }
+}
+
+fn matrix_key(m: &BTreeMap<String, Value>) -> String {
+    serde_json::to_string(m).expect("matrix serialises")
+}
+
+/// Explain a miss: diff against the nearest earlier entry of the same instance (same stage,
+/// same matrix values). A stage that ran before but never with these matrix values is a new
+/// instance; comparing it with a sibling would mislead.
+pub fn explain_with(parts: &KeyParts, earlier: &Earlier) -> Reason {
+    let Some(same) = earlier.by_matrix.get(&matrix_key(&parts.matrix)) else {
+        return if earlier.by_matrix.is_empty() {
+            Reason::NeverRun
+        } else {
+            Reason::NewInstance
         };
-        if better {
-            best = Some((score, same_instance, changes));
+    };
+    let mut best: Option<Vec<Change>> = None;
+    for old in same {
+        let changes = diff(old, parts);
+        if !changes.is_empty() && best.as_ref().is_none_or(|b| changes.len() < b.len()) {
+            best = Some(changes);
         }
     }
     match best {
-        Some((_, _, changes)) => Reason::Changed { changes },
+        Some(changes) => Reason::Changed { changes },
         None => Reason::NeverRun,
     }
+}
+
+/// [`explain_with`] over raw entries (parses them; use [`Earlier`] when explaining many).
+pub fn explain(parts: &KeyParts, earlier: &[ActionEntry]) -> Reason {
+    explain_with(parts, &Earlier::new(earlier))
 }
 
 #[cfg(test)]

@@ -563,7 +563,7 @@ struct Shared {
     ctx: Context,
     commits: UnboundedSender<Commit>,
     /// Earlier entries per family, read once per run to explain misses.
-    families: std::sync::Mutex<BTreeMap<String, Arc<Vec<ActionEntry>>>>,
+    families: std::sync::Mutex<BTreeMap<String, Arc<tokio::sync::OnceCell<crate::key::Earlier>>>>,
     opts: RunOptions,
     jobs: Semaphore,
     pools: BTreeMap<String, Semaphore>,
@@ -860,23 +860,23 @@ async fn process(sh: &Arc<Shared>, id: usize, inputs: BTreeMap<String, Resolved>
         Reason::NotCacheable
     } else {
         let fam = family(plan, stage);
-        let cached = sh.families.lock().expect("families").get(&fam).cloned();
-        let earlier = match cached {
-            Some(e) => e,
-            None => {
+        // One load per family per run, even when a whole matrix misses at once.
+        let cell = sh
+            .families
+            .lock()
+            .expect("families")
+            .entry(fam.clone())
+            .or_default()
+            .clone();
+        let earlier = cell
+            .get_or_init(|| async {
                 let st = ctx.store.clone();
-                let f2 = fam.clone();
-                let e =
-                    Arc::new(blocking(move || st.actions_in_family(&f2).unwrap_or_default()).await);
-                sh.families
-                    .lock()
-                    .expect("families")
-                    .entry(fam)
-                    .or_insert(e)
-                    .clone()
-            }
-        };
-        explain(&parts, &earlier)
+                let entries =
+                    blocking(move || st.actions_in_family(&fam).unwrap_or_default()).await;
+                crate::key::Earlier::new(&entries)
+            })
+            .await;
+        crate::key::explain_with(&parts, earlier)
     };
     record.reason = reason.to_string();
 
