@@ -344,6 +344,32 @@ mod tests {
     }
 
     #[test]
+    fn misses_are_explained_against_the_same_instance_only() {
+        let entry = |p: &KeyParts| ActionEntry {
+            key: p.digest(),
+            family: "f".into(),
+            key_parts: serde_json::to_value(p).unwrap(),
+            outputs: BTreeMap::new(),
+            duration_ms: 0,
+            created_unix_ms: 0,
+            meta: json!({}),
+        };
+        let mut a = parts();
+        a.matrix.insert("k".into(), json!(1));
+        let earlier = Earlier::new(&[entry(&a)]);
+        let mut changed = a.clone();
+        changed.params.insert("precision".into(), json!("a8_w8"));
+        assert_eq!(
+            explain_with(&changed, &earlier).to_string(),
+            "param precision a16_w16 → a8_w8"
+        );
+        let mut sibling = a.clone();
+        sibling.matrix.insert("k".into(), json!(2));
+        assert_eq!(explain_with(&sibling, &earlier), Reason::NewInstance);
+        assert_eq!(explain_with(&a, &Earlier::default()), Reason::NeverRun);
+    }
+
+    #[test]
     fn image_change_names_both_ids() {
         let mut old = parts();
         old.executor = json!({"kind": "docker", "image_id": "sha256:aaaaaaaaaaaaaaaa"});
