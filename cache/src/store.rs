@@ -143,16 +143,29 @@ impl Store {
     /// else reflinked, else copied. Small files are copied. Nothing is fsynced here: see
     /// [`Store::sync_pending`].
     pub fn put_output(&self, path: &Path) -> Result<OutputEntry, CacheError> {
+        self.put_output_inner(path, false)
+    }
+
+    /// [`Store::put_output`] for a file or tree its caller is about to delete unread (a
+    /// stage's sandbox): small files become blobs by hard link too, so storing them creates no
+    /// inode and the caller's removal frees none. The caller must not write to `path` again.
+    pub fn adopt_output(&self, path: &Path) -> Result<OutputEntry, CacheError> {
+        self.put_output_inner(path, true)
+    }
+
+    fn put_output_inner(&self, path: &Path, adopt: bool) -> Result<OutputEntry, CacheError> {
         let meta = fs::metadata(path).map_err(CacheError::io("stat", path))?;
         if meta.is_file() {
-            let (digest, size, executable) = self.put_file(path, &meta)?;
+            let (digest, size, executable) = self.put_file(path, &meta, adopt)?;
             Ok(OutputEntry::File {
                 digest,
                 size,
                 executable,
             })
         } else if meta.is_dir() {
-            let mut scan = scan_tree(path, &mut |p, m| self.put_file(p, m).map(|(d, _, _)| d))?;
+            let mut scan = scan_tree(path, &mut |p, m| {
+                self.put_file(p, m, adopt).map(|(d, _, _)| d)
+            })?;
             let bytes = encode_tree(&mut scan.entries);
             let digest = Digest::of_bytes(&bytes);
             if self.has_blob(&digest) {
@@ -177,6 +190,7 @@ impl Store {
         &self,
         path: &Path,
         meta: &fs::Metadata,
+        adopt: bool,
     ) -> Result<(Digest, u64, bool), CacheError> {
         let executable = fsutil::is_executable(meta);
         if meta.len() <= SMALL_FILE {
@@ -185,7 +199,7 @@ impl Store {
             let digest = Digest::of_bytes(&bytes);
             if self.has_blob(&digest) {
                 self.note_existing(&digest);
-            } else {
+            } else if !(adopt && self.link_blob(path, meta, executable, &digest)?) {
                 self.write_blob_bytes(&digest, &bytes)?;
             }
             return Ok((digest, bytes.len() as u64, executable));
@@ -195,20 +209,40 @@ impl Store {
             self.note_existing(&digest);
             return Ok((digest, meta.len(), executable));
         }
+        if self.link_blob(path, meta, executable, &digest)? {
+            return Ok((digest, meta.len(), executable));
+        }
         let tmp = TempPath::new(self.tmp.join(unique_name("b-")));
-        // Hard-link only a file nobody else links to: a produced file that is itself a link to
-        // some user file must not have that file's inode become a read-only blob. Executables
-        // are not linked either: the blob's read-only mode would strip their exec bit. Nor on
-        // Windows, where the read-only attribute would stop the owner deleting its scratch file.
-        let linked = cfg!(unix)
-            && fsutil::nlink(meta) == 1
-            && !executable
-            && fs::hard_link(path, tmp.path()).is_ok();
-        if !linked && reflink_copy::reflink(path, tmp.path()).is_err() {
+        if reflink_copy::reflink(path, tmp.path()).is_err() {
             fs::copy(path, tmp.path()).map_err(CacheError::io("copy", path))?;
         }
         self.seal_blob(tmp, &digest)?;
         Ok((digest, meta.len(), executable))
+    }
+
+    /// Make `path` itself the blob by a hard link, when that is safe; false when it is not.
+    /// For adopted small files too: a new blob inode now and a freed sandbox inode later cost
+    /// more than the copy on filesystems that scan past recently freed inodes. Only a file nobody else links
+    /// to: a produced file that is itself a link to some user file must not have that file's
+    /// inode become a read-only blob. Not executables: the blob's read-only mode would strip
+    /// their exec bit. Not on Windows, where the read-only attribute would stop the owner
+    /// deleting its scratch file.
+    fn link_blob(
+        &self,
+        path: &Path,
+        meta: &fs::Metadata,
+        executable: bool,
+        digest: &Digest,
+    ) -> Result<bool, CacheError> {
+        if !cfg!(unix) || fsutil::nlink(meta) != 1 || executable {
+            return Ok(false);
+        }
+        let tmp = TempPath::new(self.tmp.join(unique_name("b-")));
+        if fs::hard_link(path, tmp.path()).is_err() {
+            return Ok(false);
+        }
+        self.seal_blob(tmp, digest)?;
+        Ok(true)
     }
 
     /// A blob this call did not write may have been written by another process a moment ago
@@ -445,6 +479,27 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// Place `entry` at `dest` for a reader heddle controls and removes afterwards (a stage's
+    /// sandbox): a file is a hard link to its blob whatever its size, so laying out an input
+    /// creates no inode and removing it frees none. The link shares the blob's read-only mode;
+    /// a stage that writes through it anyway changes the blob's mtime, and a blob whose mtime
+    /// is not the sentinel is re-hashed before it is served again ([`Store::blob_state`]).
+    /// Executables, folders, and filesystems without hard links get [`Store::materialize`].
+    pub fn link_into(&self, entry: &OutputEntry, dest: &Path) -> Result<(), CacheError> {
+        if let OutputEntry::File {
+            digest,
+            size,
+            executable: false,
+        } = entry
+        {
+            self.require_blob(digest, Some(*size))?;
+            if fs::hard_link(self.blob_path(digest), dest).is_ok() {
+                return Ok(());
+            }
+        }
+        self.materialize(entry, dest)
     }
 
     /// Put a copy of blob `d` at `to` (which does not exist), by the cheapest safe means.

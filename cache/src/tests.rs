@@ -659,3 +659,56 @@ fn concurrent_puts_and_records_of_the_same_content() {
         assert!(s.lookup_action(&e.key).unwrap().is_some());
     }
 }
+
+#[cfg(unix)]
+#[test]
+fn adopted_small_outputs_and_sandbox_inputs_are_links_not_copies() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::open(&dir.path().join("store")).unwrap();
+    let produced = dir.path().join("o.txt");
+    fs::write(&produced, b"small").unwrap();
+    let ino = fs::metadata(&produced).unwrap().ino();
+
+    // put_output keeps its caller's small file separate from the blob...
+    let kept = dir.path().join("kept.txt");
+    fs::write(&kept, b"kept").unwrap();
+    let e = s.put_output(&kept).unwrap();
+    let OutputEntry::File { digest, .. } = e else {
+        panic!("a file")
+    };
+    assert_eq!(fs::metadata(&kept).unwrap().nlink(), 1);
+    assert_ne!(
+        fs::metadata(s.blob_path(&digest)).unwrap().ino(),
+        fs::metadata(&kept).unwrap().ino()
+    );
+
+    // ...adopt_output makes the file itself the blob.
+    let e = s.adopt_output(&produced).unwrap();
+    let OutputEntry::File { digest, .. } = &e else {
+        panic!("a file")
+    };
+    assert_eq!(fs::metadata(s.blob_path(digest)).unwrap().ino(), ino);
+
+    // An input laid out for a stage is a link to the blob; the user's copy is not.
+    let input = dir.path().join("in.txt");
+    s.link_into(&e, &input).unwrap();
+    assert_eq!(fs::metadata(&input).unwrap().ino(), ino);
+    let user = dir.path().join("user.txt");
+    s.materialize(&e, &user).unwrap();
+    assert_ne!(fs::metadata(&user).unwrap().ino(), ino);
+    assert_eq!(fs::read(&user).unwrap(), b"small");
+
+    // A stage that writes through its input link anyway is caught before the blob is served.
+    let mut perm = fs::metadata(&input).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perm.set_readonly(false);
+    fs::set_permissions(&input, perm).unwrap();
+    fs::write(&input, b"SMALL").unwrap();
+    let a = action("k", "fam", &[("o", e)], 1, 1);
+    s.record_action(&a).unwrap();
+    assert!(
+        s.lookup_action(&a.key).unwrap().is_none(),
+        "a changed blob is a miss"
+    );
+}

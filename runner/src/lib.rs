@@ -18,6 +18,7 @@ pub mod prepare;
 pub mod pyenv;
 pub mod record;
 pub mod render;
+pub mod sandbox;
 pub mod sched;
 pub mod spec;
 pub mod template;

@@ -571,6 +571,7 @@ struct Shared {
     events: UnboundedSender<Event>,
     started: Instant,
     logs_dir: PathBuf,
+    sandboxes: Arc<crate::sandbox::SandboxPool>,
 }
 
 /// Walk the plan. Returns the run record (also when interrupted).
@@ -602,6 +603,9 @@ pub async fn run(ctx: Context, opts: RunOptions, events: UnboundedSender<Event>)
         events: events.clone(),
         started: Instant::now(),
         logs_dir,
+        sandboxes: Arc::new(crate::sandbox::SandboxPool::new(
+            ctx.store.root().join("scratch"),
+        )),
         ctx,
         opts,
     });
@@ -706,6 +710,8 @@ pub async fn run(ctx: Context, opts: RunOptions, events: UnboundedSender<Event>)
         let _ = wait.await;
     }
     let _ = &committer;
+    let pool = shared.sandboxes.clone();
+    blocking(move || pool.remove_all()).await;
     let status = if interrupts > 0 {
         RunStatus::Interrupted
     } else if done
@@ -1160,28 +1166,19 @@ async fn attempt_once(
         tolerated: false,
         matrix: inst.matrix.clone(),
     };
-    let scratch = ctx.store.root().join("scratch");
-    let sandbox = match tempfile::Builder::new()
-        .prefix("sandbox-")
-        .tempdir_in(&scratch)
-    {
-        Ok(d) => d,
-        Err(e) => {
-            return Err(fail(
-                "HeddleError",
-                format!("failed to create a sandbox in {}: {e}", scratch.display()),
-                None,
-                None,
-            ))
-        }
+    let in_names: Vec<String> = inputs.keys().cloned().collect();
+    let out_names: Vec<String> = stage.outputs.keys().cloned().collect();
+    let pool = sh.sandboxes.clone();
+    let sandbox = match blocking(move || pool.acquire(&in_names, &out_names)).await {
+        Ok(s) => s,
+        Err(e) => return Err(fail("HeddleError", e, None, None)),
     };
     let sb = sandbox.path().to_path_buf();
     {
         let store = ctx.store.clone();
         let ins = inputs.clone();
         let sb2 = sb.clone();
-        let outs: Vec<String> = stage.outputs.keys().cloned().collect();
-        if let Err(e) = blocking(move || lay_out(&store, &sb2, &ins, &outs)).await {
+        if let Err(e) = blocking(move || lay_out(&store, &sb2, &ins)).await {
             return Err(fail(
                 "HeddleError",
                 format!("failed to lay out inputs: {e}"),
@@ -1375,7 +1372,7 @@ async fn attempt_once(
                 ));
             }
             let entry = store
-                .put_output(&p)
+                .adopt_output(&p)
                 .map_err(|e| ("HeddleError".to_string(), e.to_string()))?;
             outs.insert(name.clone(), entry);
         }
@@ -1421,22 +1418,12 @@ fn sanitize(label: &str) -> String {
 }
 
 /// Put inputs where the command expects them: `in/<name>/<file>`, gathered members as
-/// `in/<name>/<k=v,...>/` with `matrix.json`, `status.json` and the file; empty `out/<name>/`.
-fn lay_out(
-    store: &Store,
-    sb: &Path,
-    inputs: &BTreeMap<String, Resolved>,
-    outputs: &[String],
-) -> Result<(), String> {
+/// `in/<name>/<k=v,...>/` with `matrix.json`, `status.json` and the file. The sandbox already
+/// holds empty `in/<name>/` and `out/<name>/` folders ([`crate::sandbox`]).
+fn lay_out(store: &Store, sb: &Path, inputs: &BTreeMap<String, Resolved>) -> Result<(), String> {
     let mk = |p: &Path| std::fs::create_dir_all(p).map_err(|e| format!("{}: {e}", p.display()));
-    mk(&sb.join("work"))?;
-    for o in outputs {
-        mk(&sb.join("out").join(o))?;
-    }
-    mk(&sb.join("in"))?;
     for (name, r) in inputs {
         let dir = sb.join("in").join(name);
-        mk(&dir)?;
         match r {
             Resolved::Path { abs, .. } => {
                 let file = abs
@@ -1447,7 +1434,7 @@ fn lay_out(
             }
             Resolved::One { entry, file } => {
                 store
-                    .materialize(entry, &dir.join(file))
+                    .link_into(entry, &dir.join(file))
                     .map_err(|e| e.to_string())?;
             }
             Resolved::Gather { file, members } => {
@@ -1461,7 +1448,7 @@ fn lay_out(
                     write("status.json", status)?;
                     if let Some(e) = entry {
                         store
-                            .materialize(e, &d.join(file))
+                            .link_into(e, &d.join(file))
                             .map_err(|e| e.to_string())?;
                     }
                 }

@@ -7,7 +7,6 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use command_group::{AsyncCommandGroup, AsyncGroupChild};
 use futures_util::future::BoxFuture;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc::UnboundedSender;
@@ -40,14 +39,138 @@ impl Executor for HostExecutor {
     }
 }
 
-fn command_for(c: &Command) -> (String, Vec<String>) {
-    match c {
-        #[cfg(unix)]
-        Command::Shell(s) => ("/bin/sh".into(), vec!["-c".into(), s.clone()]),
-        #[cfg(windows)]
-        Command::Shell(s) => ("cmd.exe".into(), vec!["/C".into(), s.clone()]),
-        Command::Exec(v) => (v[0].clone(), v[1..].to_vec()),
+/// What to start: the program, its arguments, and where its standard streams go.
+struct Launch {
+    program: std::path::PathBuf,
+    args: Vec<String>,
+    stdin: Target,
+    stdout: Target,
+    stderr: Target,
+    /// Set when a shell-form command runs without its shell (see [`super::simple`]).
+    direct: bool,
+}
+
+enum Target {
+    Null,
+    /// A pipe heddle reads into the log and the progress display.
+    Pipe,
+    #[cfg_attr(windows, allow(dead_code))]
+    File(std::fs::File),
+}
+
+impl Target {
+    fn stdio(self) -> Stdio {
+        match self {
+            Target::Null => Stdio::null(),
+            Target::Pipe => Stdio::piped(),
+            Target::File(f) => Stdio::from(f),
+        }
     }
+}
+
+/// One argument may hold at most 128 KiB on Linux (MAX_ARG_STRLEN): a gather of thousands of
+/// members renders a longer `sh -c` string, so such a script goes through a file instead.
+#[cfg(unix)]
+const LONGEST_SHELL_ARG: usize = 64 * 1024;
+
+/// Above this many bytes of arguments the fast path leaves the command to the shell, which
+/// reports E2BIG in its own words.
+#[cfg(unix)]
+const LONGEST_DIRECT_ARGV: usize = 1024 * 1024;
+
+/// MAX_ARG_STRLEN: no single argument can be longer, shell or not.
+#[cfg(unix)]
+const LONGEST_ARG: usize = 128 * 1024 - 1;
+
+fn launch(req: &ExecRequest, work: &Path) -> Result<Launch, ExecError> {
+    let path = req.env.get("PATH").map(String::as_str);
+    let streams = |program: std::path::PathBuf, args: Vec<String>| Launch {
+        program,
+        args,
+        stdin: Target::Null,
+        stdout: Target::Pipe,
+        stderr: Target::Pipe,
+        direct: false,
+    };
+    match &req.command {
+        #[cfg(unix)]
+        Command::Shell(s) => {
+            if let Some(l) = direct(s, work, path) {
+                return Ok(l);
+            }
+            if s.len() > LONGEST_SHELL_ARG {
+                let script = req.sandbox.join("command.sh");
+                std::fs::write(&script, s).map_err(|e| {
+                    ExecError::Other(format!("failed to write {}: {e}", script.display()))
+                })?;
+                let script = script.to_string_lossy().into_owned();
+                return Ok(streams("/bin/sh".into(), vec![script]));
+            }
+            Ok(streams("/bin/sh".into(), vec!["-c".into(), s.clone()]))
+        }
+        #[cfg(windows)]
+        Command::Shell(s) => {
+            let _ = work;
+            Ok(streams("cmd.exe".into(), vec!["/C".into(), s.clone()]))
+        }
+        Command::Exec(v) => Ok(streams(resolve_program(&v[0], path), v[1..].to_vec())),
+    }
+}
+
+/// The fast path: a shell-form command that needs no shell, with its redirections opened
+/// here, in order, relative to the working folder. `None` (run it through `sh -c`) whenever
+/// the parser declines, the program is not on PATH, a redirection cannot be opened (the
+/// shell then reports it in its usual words) or a stream would be duplicated onto a pipe.
+#[cfg(unix)]
+fn direct(s: &str, work: &Path, path: Option<&str>) -> Option<Launch> {
+    use super::simple::{self, OpenMode, Redirect};
+    use std::os::unix::fs::OpenOptionsExt;
+    if s.len() > LONGEST_DIRECT_ARGV {
+        return None;
+    }
+    let parsed = simple::parse(s)?;
+    if parsed.argv.iter().any(|a| a.len() > LONGEST_ARG) {
+        return None;
+    }
+    let first = &parsed.argv[0];
+    let program = if first.contains('/') {
+        let p = work.join(first);
+        p.is_file().then_some(p)?
+    } else {
+        let p = resolve_program(first, path);
+        p.is_absolute().then_some(p)?
+    };
+    let mut fds = [Target::Null, Target::Pipe, Target::Pipe];
+    for r in &parsed.redirects {
+        match r {
+            Redirect::File { fd, path, mode } => {
+                let mut o = std::fs::OpenOptions::new();
+                match mode {
+                    OpenMode::Read => o.read(true),
+                    OpenMode::Truncate => o.write(true).create(true).truncate(true),
+                    OpenMode::Append => o.append(true).create(true),
+                };
+                let f = o.mode(0o666).open(work.join(path)).ok()?;
+                fds[*fd as usize] = Target::File(f);
+            }
+            Redirect::Dup { fd, to } => {
+                fds[*fd as usize] = match &fds[*to as usize] {
+                    Target::Null => Target::Null,
+                    Target::File(f) => Target::File(f.try_clone().ok()?),
+                    Target::Pipe => return None,
+                };
+            }
+        }
+    }
+    let [stdin, stdout, stderr] = fds;
+    Some(Launch {
+        program,
+        args: parsed.argv[1..].to_vec(),
+        stdin,
+        stdout,
+        stderr,
+        direct: true,
+    })
 }
 
 async fn run(
@@ -55,32 +178,26 @@ async fn run(
     lines: UnboundedSender<String>,
     cancel: Cancel,
 ) -> Result<ExecOutcome, ExecError> {
-    let (program, args) = command_for(&req.command);
-    // Resolve the program against the stage's PATH, not heddle's.
-    let resolved = resolve_program(&program, req.env.get("PATH").map(String::as_str));
-    let mut cmd = tokio::process::Command::new(&resolved);
-    cmd.args(&args)
-        .current_dir(req.sandbox.join("work"))
+    let work = req.sandbox.join("work");
+    let l = launch(&req, &work)?;
+    let program = l.program.to_string_lossy().into_owned();
+    let mut cmd = tokio::process::Command::new(&l.program);
+    cmd.args(&l.args)
+        .current_dir(&work)
         .env_clear()
         .envs(&req.env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    #[cfg(target_os = "linux")]
-    unsafe {
-        // If heddle itself dies (kill -9), take the stage's leader with it.
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
+        .stdin(l.stdin.stdio())
+        .stdout(l.stdout.stdio())
+        .stderr(l.stderr.stdio());
+    if l.direct {
+        // What `sh` would have exported.
+        cmd.env("PWD", &work);
     }
-    let mut child = cmd.group_spawn().map_err(|source| ExecError::Spawn {
+    let mut child = Group::spawn(cmd).map_err(|source| ExecError::Spawn {
         program: program.clone(),
         source,
     })?;
-    let pgid = child.id();
-    let out = child.inner().stdout.take();
-    let err = child.inner().stderr.take();
+    let (out, err) = child.take_streams();
     let t_out = tokio::spawn(pump(out, req.stdout_log.clone(), lines.clone()));
     let t_err = tokio::spawn(pump(err, req.stderr_log.clone(), lines));
 
@@ -94,15 +211,15 @@ async fn run(
         biased;
         status = child.wait() => {
             let status = status.map_err(|e| ExecError::Other(format!("failed to wait for `{program}`: {e}")))?;
-            kill_group(&mut child, pgid).await;
+            child.kill().await;
             exit_outcome(status)
         }
         _ = cancel.graceful.cancelled() => {
-            stop(&mut child, pgid, &cancel).await;
+            stop(&mut child, &cancel).await;
             ExecOutcome::Cancelled
         }
         _ = timeout => {
-            stop(&mut child, pgid, &cancel).await;
+            stop(&mut child, &cancel).await;
             ExecOutcome::TimedOut(req.timeout.unwrap_or_default())
         }
     };
@@ -114,6 +231,93 @@ async fn run(
         }
     }
     Ok(outcome)
+}
+
+/// A stage's process group. On unix it is started with `process_group(0)` and nothing else
+/// between fork and exec, so the standard library uses `posix_spawn` rather than copying
+/// heddle's address space with `fork()`; a watchdog ([`super::reaper`]) covers heddle's own
+/// sudden death. On Windows a Job object holds the tree.
+struct Group {
+    #[cfg(unix)]
+    child: tokio::process::Child,
+    #[cfg(unix)]
+    pgid: Option<u32>,
+    #[cfg(windows)]
+    child: command_group::AsyncGroupChild,
+}
+
+type Streams = (
+    Option<tokio::process::ChildStdout>,
+    Option<tokio::process::ChildStderr>,
+);
+
+impl Group {
+    #[cfg(unix)]
+    fn spawn(mut cmd: tokio::process::Command) -> std::io::Result<Group> {
+        cmd.process_group(0);
+        let child = cmd.spawn()?;
+        let pgid = child.id();
+        #[cfg(target_os = "linux")]
+        if let Some(p) = pgid {
+            super::reaper::watch(p);
+        }
+        Ok(Group { child, pgid })
+    }
+
+    #[cfg(windows)]
+    fn spawn(mut cmd: tokio::process::Command) -> std::io::Result<Group> {
+        use command_group::AsyncCommandGroup;
+        Ok(Group {
+            child: cmd.group_spawn()?,
+        })
+    }
+
+    fn inner(&mut self) -> &mut tokio::process::Child {
+        #[cfg(unix)]
+        return &mut self.child;
+        #[cfg(windows)]
+        return self.child.inner();
+    }
+
+    fn take_streams(&mut self) -> Streams {
+        let c = self.inner();
+        (c.stdout.take(), c.stderr.take())
+    }
+
+    async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.child.wait().await
+    }
+
+    /// The polite signal, to the whole group.
+    fn terminate(&mut self) {
+        #[cfg(unix)]
+        if let Some(pid) = self.pgid {
+            unsafe {
+                libc::killpg(pid as i32, libc::SIGTERM);
+            }
+        }
+    }
+
+    /// Kill the group (the leader may be gone already; its group can still hold leftovers)
+    /// and reap the leader.
+    async fn kill(&mut self) {
+        #[cfg(unix)]
+        {
+            if let Some(pid) = self.pgid.take() {
+                unsafe {
+                    libc::killpg(pid as i32, libc::SIGKILL);
+                }
+                let _ = self.child.kill().await;
+                #[cfg(target_os = "linux")]
+                super::reaper::forget(pid);
+            }
+        }
+        #[cfg(windows)]
+        {
+            let _ = self.child.kill().await;
+        }
+        let _ = self.child.wait().await;
+    }
 }
 
 fn resolve_program(program: &str, path: Option<&str>) -> std::path::PathBuf {
@@ -152,79 +356,54 @@ fn exit_outcome(status: std::process::ExitStatus) -> ExecOutcome {
 }
 
 /// Ask the group to stop, give it a grace period (cut short by a forced cancel), then kill it.
-async fn stop(child: &mut AsyncGroupChild, pgid: Option<u32>, cancel: &Cancel) {
+async fn stop(child: &mut Group, cancel: &Cancel) {
+    child.terminate();
     #[cfg(unix)]
-    {
-        use command_group::{Signal, UnixChildExt};
-        let _ = child.signal(Signal::SIGTERM);
-        tokio::select! {
-            _ = child.wait() => {}
-            _ = tokio::time::sleep(GRACE) => {}
-            _ = cancel.force.cancelled() => {}
-        }
+    tokio::select! {
+        _ = child.wait() => {}
+        _ = tokio::time::sleep(GRACE) => {}
+        _ = cancel.force.cancelled() => {}
     }
     #[cfg(not(unix))]
     let _ = (cancel, GRACE);
-    kill_group(child, pgid).await;
+    child.kill().await;
 }
 
-async fn kill_group(child: &mut AsyncGroupChild, pgid: Option<u32>) {
-    // The leader may be gone already; killing its group still reaches leftovers.
-    #[cfg(unix)]
-    {
-        if let Some(pid) = pgid {
-            unsafe {
-                libc::killpg(pid as i32, libc::SIGKILL);
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = pgid;
-    let _ = child.kill().await;
-    let _ = child.wait().await;
-}
-
+/// Copy a stream into its log, line by line, and on to the progress display. The log file is
+/// created at the first byte: most stages print nothing, and every file created costs an
+/// inode allocation that dominates short stages on some filesystems.
 async fn pump<R: AsyncRead + Unpin>(
     stream: Option<R>,
     log: std::path::PathBuf,
     lines: UnboundedSender<String>,
 ) -> Result<(), ExecError> {
     let Some(stream) = stream else { return Ok(()) };
-    let mut file = tokio::fs::File::create(&log)
-        .await
-        .map_err(|source| ExecError::Log {
-            path: log.clone(),
-            source,
-        })?;
+    let log_err = |source| ExecError::Log {
+        path: log.clone(),
+        source,
+    };
+    let mut file: Option<tokio::fs::File> = None;
     let mut reader = BufReader::new(stream);
     let mut buf = Vec::new();
     loop {
         buf.clear();
-        let n = reader
-            .read_until(b'\n', &mut buf)
-            .await
-            .map_err(|source| ExecError::Log {
-                path: log.clone(),
-                source,
-            })?;
+        let n = reader.read_until(b'\n', &mut buf).await.map_err(log_err)?;
         if n == 0 {
             break;
         }
-        file.write_all(&buf)
-            .await
-            .map_err(|source| ExecError::Log {
-                path: log.clone(),
-                source,
-            })?;
+        let f = match &mut file {
+            Some(f) => f,
+            None => file.insert(tokio::fs::File::create(&log).await.map_err(log_err)?),
+        };
+        f.write_all(&buf).await.map_err(log_err)?;
         let line = String::from_utf8_lossy(&buf);
         let line = line.trim_end();
         if !line.is_empty() {
             let _ = lines.send(line.to_string());
         }
     }
-    file.flush().await.map_err(|source| ExecError::Log {
-        path: log.clone(),
-        source,
-    })?;
+    if let Some(f) = &mut file {
+        f.flush().await.map_err(log_err)?;
+    }
     Ok(())
 }

@@ -3,6 +3,10 @@
 
 pub mod docker;
 pub mod host;
+#[cfg(target_os = "linux")]
+pub mod reaper;
+#[cfg(unix)]
+pub mod simple;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
