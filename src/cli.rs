@@ -427,7 +427,8 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
                         "  {label} FAILED {}",
                         r.status.error.as_deref().unwrap_or("")
                     );
-                    if let Some([_, err]) = &r.logs {
+                    // A stage that printed nothing to stderr has no log file.
+                    if let Some([_, err]) = r.logs.as_ref().filter(|[_, e]| Path::new(e).exists()) {
                         eprintln!("    log: {}", display_rel(Path::new(err)));
                     }
                 }
