@@ -56,9 +56,15 @@ fn second_run_executes_nothing() {
     assert_eq!(p.read("out/t/a/up.txt"), "ABC\n");
     assert_eq!(p.read("out/t/b2/twice.txt"), "b\nhello\nb\nhello\n");
     p.clear_ran();
+    // The lock file of a no-op run is the same: it is left alone, not rewritten.
+    let lock = p.path("p.lock");
+    let lock_mtime = || std::fs::metadata(&lock).unwrap().modified().unwrap();
+    let before = lock_mtime();
+    std::thread::sleep(std::time::Duration::from_millis(20));
     let r = p.run("p.toml", &[]).ok();
     assert!(p.ran().is_empty(), "nothing may run: {:?}", p.ran());
     assert!(r.stderr.contains("0 ran, 4 cached"), "{}", r.stderr);
+    assert_eq!(lock_mtime(), before, "an unchanged lock was rewritten");
     let plan = p.heddle(&["plan", "p.toml"]).ok();
     assert!(
         plan.stdout.contains("4 instances: 4 cached, 0 to run"),

@@ -120,6 +120,10 @@ impl LockFile {
             path: path.to_path_buf(),
             source,
         };
+        // A no-op run produces the same lock: leave the file (and its mtime) alone.
+        if std::fs::read(path).is_ok_and(|old| old == text.as_bytes()) {
+            return Ok(Digest::of_bytes(text.as_bytes()));
+        }
         std::fs::write(&tmp, &text).map_err(err)?;
         std::fs::rename(&tmp, path).map_err(err)?;
         Ok(Digest::of_bytes(text.as_bytes()))

@@ -136,7 +136,12 @@ pub fn save(root: &Path, rec: &RunRecord) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{}.json", rec.run_id));
     let tmp = dir.join(format!(".{}.json.tmp", rec.run_id));
-    std::fs::write(&tmp, serde_json::to_vec(rec).expect("record serialises"))?;
+    // Streamed: a 1,000-instance record is over a megabyte, and growing one buffer to hold it
+    // was a visible share of a no-op run.
+    let mut w = std::io::BufWriter::with_capacity(256 * 1024, std::fs::File::create(&tmp)?);
+    serde_json::to_writer(&mut w, rec).map_err(std::io::Error::other)?;
+    std::io::Write::flush(&mut w)?;
+    drop(w);
     std::fs::rename(&tmp, &path)?;
     Ok(path)
 }

@@ -36,24 +36,33 @@ impl SandboxPool {
         inputs: &[String],
         outputs: &[String],
     ) -> Result<Sandbox, String> {
-        let reused = self.free.lock().expect("sandbox pool").pop();
-        let path = match reused {
-            Some(p) => p,
-            None => {
-                let p = tempfile::Builder::new()
-                    .prefix("sandbox-")
-                    .tempdir_in(&self.scratch)
-                    .map_err(|e| {
-                        format!(
-                            "failed to create a sandbox in {}: {e}",
-                            self.scratch.display()
-                        )
-                    })?
-                    .keep();
-                self.all.lock().expect("sandbox pool").push(p.clone());
-                p
+        // A reused sandbox that cannot be emptied (a container running as another user left
+        // files heddle may not remove) is set aside, not reused, and a fresh one is made.
+        while let Some(path) = self.free.lock().expect("sandbox pool").pop() {
+            let sandbox = Sandbox {
+                pool: self.clone(),
+                path: Some(path),
+            };
+            match sandbox.reset(inputs, outputs) {
+                Ok(()) => return Ok(sandbox),
+                Err(e) => {
+                    tracing::debug!("sandbox set aside: {e}");
+                    let mut sandbox = sandbox;
+                    sandbox.path = None;
+                }
             }
-        };
+        }
+        let path = tempfile::Builder::new()
+            .prefix("sandbox-")
+            .tempdir_in(&self.scratch)
+            .map_err(|e| {
+                format!(
+                    "failed to create a sandbox in {}: {e}",
+                    self.scratch.display()
+                )
+            })?
+            .keep();
+        self.all.lock().expect("sandbox pool").push(path.clone());
         let sandbox = Sandbox {
             pool: self.clone(),
             path: Some(path),
