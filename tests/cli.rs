@@ -3,7 +3,7 @@
 
 mod support;
 
-use support::Project;
+use support::{alive, Project};
 
 fn chain(p: &Project) -> String {
     let log = p.log();
@@ -546,20 +546,6 @@ outputs = { o = "o" }
     let v: serde_json::Value = serde_json::from_str(&show.stdout).unwrap();
     assert_eq!(v["instances"][0][1]["status"]["status"], "skipped");
     assert_eq!(v["instances"][0][1]["status"]["error_class"], "Interrupted");
-}
-
-/// A process is alive when /proc has it and it is not a zombie (this machine's PID 1 does not
-/// reap orphans, so a killed orphan lingers as a zombie).
-fn alive(pid: &str) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
 }
 
 extern "C" {

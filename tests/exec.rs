@@ -4,7 +4,7 @@
 
 mod support;
 
-use support::Project;
+use support::{alive, Project};
 
 /// Shell-form commands run without `sh` when they need none; the result must be what `sh -c`
 /// gives, including redirection order, appends, stdin, stderr and exit codes.
@@ -146,18 +146,5 @@ outputs = { o = "o" }
             "the stage's `sleep` ({pid}) outlived heddle"
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-}
-
-/// Alive: in /proc and not a zombie (an orphan killed here may linger as one).
-fn alive(pid: &str) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
     }
 }

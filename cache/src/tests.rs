@@ -712,3 +712,29 @@ fn adopted_small_outputs_and_sandbox_inputs_are_links_not_copies() {
         "a changed blob is a miss"
     );
 }
+
+#[test]
+fn an_unchanged_stat_cache_is_not_rewritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("f");
+    fs::write(&file, b"x").unwrap();
+    let at = dir.path().join("stat-cache");
+    let c = StatCache::load(&at);
+    c.record(&file, Digest::of_bytes(b"x"));
+    c.save().unwrap();
+    let mtime = || fs::metadata(&at).unwrap().modified().unwrap();
+    let first = mtime();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+
+    // The same record again (a no-op run materialises nothing new): nothing to write.
+    let c = StatCache::load(&at);
+    c.record(&file, Digest::of_bytes(b"x"));
+    c.save().unwrap();
+    assert_eq!(mtime(), first);
+
+    // A change is written.
+    c.forget(&file);
+    c.save().unwrap();
+    assert_ne!(mtime(), first);
+    assert!(StatCache::load(&at).is_empty());
+}

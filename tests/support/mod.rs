@@ -167,3 +167,17 @@ impl Project {
             .unwrap_or_else(|e| panic!("show last --json: {e}\n{}", r.stdout))
     }
 }
+
+/// A process is alive when /proc has it and it is not a zombie (this machine's PID 1 does not
+/// reap orphans, so a killed orphan lingers as a zombie).
+pub fn alive(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
