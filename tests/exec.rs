@@ -55,6 +55,12 @@ allow_failure = true
     assert_eq!(inst("both")["status"]["exit_code"], 2, "{}", run.all());
     // The program is not on PATH: sh reports it, exit 127, as before the fast path existed.
     assert_eq!(inst("missing")["status"]["exit_code"], 127, "{}", run.all());
+    // Logs exist only for streams a stage wrote to: `sorted` printed nothing, sh complained
+    // about `missing` on stderr.
+    let log = |l: &str, i: usize| std::path::PathBuf::from(inst(l)["logs"][i].as_str().unwrap());
+    assert!(!log("sorted", 0).exists() && !log("sorted", 1).exists());
+    let complaint = std::fs::read_to_string(log("missing", 1)).unwrap();
+    assert!(complaint.contains("no-such-program-xyz"), "{complaint}");
     let env = p.read("out/d/env/o.txt");
     assert!(env.contains("PWD="), "{env}");
     assert!(env.contains("HEDDLE_INSTANCE=env"), "{env}");

@@ -222,11 +222,11 @@ impl Store {
 
     /// Make `path` itself the blob by a hard link, when that is safe; false when it is not.
     /// For adopted small files too: a new blob inode now and a freed sandbox inode later cost
-    /// more than the copy on filesystems that scan past recently freed inodes. Only a file nobody else links
-    /// to: a produced file that is itself a link to some user file must not have that file's
-    /// inode become a read-only blob. Not executables: the blob's read-only mode would strip
-    /// their exec bit. Not on Windows, where the read-only attribute would stop the owner
-    /// deleting its scratch file.
+    /// more than the copy on filesystems that scan past recently freed inodes. Only a file
+    /// nobody else links to: a produced file that is itself a link to some user file must not
+    /// have that file's inode become a read-only blob. Not executables: the blob's read-only
+    /// mode would strip their exec bit. Not on Windows, where the read-only attribute would
+    /// stop the owner deleting its scratch file.
     fn link_blob(
         &self,
         path: &Path,

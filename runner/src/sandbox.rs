@@ -38,37 +38,37 @@ impl SandboxPool {
     ) -> Result<Sandbox, String> {
         // A reused sandbox that cannot be emptied (a container running as another user left
         // files heddle may not remove) is set aside, not reused, and a fresh one is made.
-        while let Some(path) = self.free.lock().expect("sandbox pool").pop() {
-            let sandbox = Sandbox {
-                pool: self.clone(),
-                path: Some(path),
-            };
-            match sandbox.reset(inputs, outputs) {
-                Ok(()) => return Ok(sandbox),
-                Err(e) => {
-                    tracing::debug!("sandbox set aside: {e}");
-                    let mut sandbox = sandbox;
-                    sandbox.path = None;
+        loop {
+            let reused = self.free.lock().expect("sandbox pool").pop();
+            let fresh = reused.is_none();
+            let path = match reused {
+                Some(p) => p,
+                None => {
+                    let p = tempfile::Builder::new()
+                        .prefix("sandbox-")
+                        .tempdir_in(&self.scratch)
+                        .map_err(|e| {
+                            format!(
+                                "failed to create a sandbox in {}: {e}",
+                                self.scratch.display()
+                            )
+                        })?
+                        .keep();
+                    self.all.lock().expect("sandbox pool").push(p.clone());
+                    p
                 }
+            };
+            match reset(&path, inputs, outputs) {
+                Ok(()) => {
+                    return Ok(Sandbox {
+                        pool: self.clone(),
+                        path,
+                    })
+                }
+                Err(e) if fresh => return Err(e),
+                Err(e) => tracing::debug!("sandbox set aside: {e}"),
             }
         }
-        let path = tempfile::Builder::new()
-            .prefix("sandbox-")
-            .tempdir_in(&self.scratch)
-            .map_err(|e| {
-                format!(
-                    "failed to create a sandbox in {}: {e}",
-                    self.scratch.display()
-                )
-            })?
-            .keep();
-        self.all.lock().expect("sandbox pool").push(path.clone());
-        let sandbox = Sandbox {
-            pool: self.clone(),
-            path: Some(path),
-        };
-        sandbox.reset(inputs, outputs)?;
-        Ok(sandbox)
     }
 
     /// Remove every sandbox this pool made (the end of a run).
@@ -83,49 +83,48 @@ impl SandboxPool {
 /// One stage's sandbox; returned to its pool when dropped.
 pub struct Sandbox {
     pool: Arc<SandboxPool>,
-    path: Option<PathBuf>,
+    path: PathBuf,
 }
 
 impl Sandbox {
     pub fn path(&self) -> &Path {
-        self.path.as_deref().expect("sandbox in use")
-    }
-
-    fn reset(&self, inputs: &[String], outputs: &[String]) -> Result<(), String> {
-        let root = self.path();
-        let err = |p: &Path, e: std::io::Error| format!("failed to prepare {}: {e}", p.display());
-        for entry in read_names(root).map_err(|e| err(root, e))? {
-            if !matches!(entry.as_str(), "in" | "out" | "work") {
-                remove_tree(&root.join(&entry)).map_err(|e| err(&root.join(&entry), e))?;
-            }
-        }
-        let work = root.join("work");
-        ensure_empty_dir(&work).map_err(|e| err(&work, e))?;
-        for (sub, names) in [("in", inputs), ("out", outputs)] {
-            let dir = root.join(sub);
-            std::fs::create_dir_all(&dir).map_err(|e| err(&dir, e))?;
-            let wanted: BTreeSet<&str> = names.iter().map(String::as_str).collect();
-            for entry in read_names(&dir).map_err(|e| err(&dir, e))? {
-                if !wanted.contains(entry.as_str()) {
-                    let p = dir.join(&entry);
-                    remove_tree(&p).map_err(|e| err(&p, e))?;
-                }
-            }
-            for name in names {
-                let p = dir.join(name);
-                ensure_empty_dir(&p).map_err(|e| err(&p, e))?;
-            }
-        }
-        Ok(())
+        &self.path
     }
 }
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        if let Some(p) = self.path.take() {
-            self.pool.free.lock().expect("sandbox pool").push(p);
+        let path = std::mem::take(&mut self.path);
+        self.pool.free.lock().expect("sandbox pool").push(path);
+    }
+}
+
+/// Empty `work/`, `in/<name>` for each input and `out/<name>` for each output; remove the rest.
+fn reset(root: &Path, inputs: &[String], outputs: &[String]) -> Result<(), String> {
+    let err = |p: &Path, e: std::io::Error| format!("failed to prepare {}: {e}", p.display());
+    for entry in read_names(root).map_err(|e| err(root, e))? {
+        if !matches!(entry.as_str(), "in" | "out" | "work") {
+            remove_tree(&root.join(&entry)).map_err(|e| err(&root.join(&entry), e))?;
         }
     }
+    let work = root.join("work");
+    ensure_empty_dir(&work).map_err(|e| err(&work, e))?;
+    for (sub, names) in [("in", inputs), ("out", outputs)] {
+        let dir = root.join(sub);
+        std::fs::create_dir_all(&dir).map_err(|e| err(&dir, e))?;
+        let wanted: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+        for entry in read_names(&dir).map_err(|e| err(&dir, e))? {
+            if !wanted.contains(entry.as_str()) {
+                let p = dir.join(&entry);
+                remove_tree(&p).map_err(|e| err(&p, e))?;
+            }
+        }
+        for name in names {
+            let p = dir.join(name);
+            ensure_empty_dir(&p).map_err(|e| err(&p, e))?;
+        }
+    }
+    Ok(())
 }
 
 fn read_names(dir: &Path) -> std::io::Result<Vec<String>> {
@@ -229,6 +228,17 @@ mod tests {
         let third = pool.acquire(&[], &[]).unwrap();
         assert_ne!(third.path(), root);
         drop((second, third));
+
+        // A sandbox that cannot be reset (here `work` became a file) is set aside, not reused.
+        let spoiled = pool.acquire(&[], &[]).unwrap();
+        let spoiled_path = spoiled.path().to_path_buf();
+        std::fs::remove_dir(spoiled_path.join("work")).unwrap();
+        std::fs::write(spoiled_path.join("work"), "not a folder").unwrap();
+        drop(spoiled);
+        let a = pool.acquire(&[], &[]).unwrap();
+        let b = pool.acquire(&[], &[]).unwrap();
+        assert!(a.path() != spoiled_path && b.path() != spoiled_path);
+        drop((a, b));
         pool.remove_all();
         assert!(names(scratch.path()).is_empty());
     }

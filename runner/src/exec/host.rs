@@ -320,6 +320,22 @@ impl Group {
     }
 }
 
+/// A group dropped before [`Group::kill`] ran (its future was cancelled, or waiting on it
+/// failed) is killed here: nothing of a stage may outlive it, and the watchdog must forget
+/// its id before the kernel can give it to an unrelated process.
+#[cfg(unix)]
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pgid.take() {
+            unsafe {
+                libc::killpg(pid as i32, libc::SIGKILL);
+            }
+            #[cfg(target_os = "linux")]
+            super::reaper::forget(pid);
+        }
+    }
+}
+
 fn resolve_program(program: &str, path: Option<&str>) -> std::path::PathBuf {
     let p = Path::new(program);
     if p.components().count() > 1 || path.is_none() {

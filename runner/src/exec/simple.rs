@@ -51,104 +51,33 @@ fn safe(c: char) -> bool {
     c.is_ascii_alphanumeric() || "_./,:=+@%-".contains(c)
 }
 
+type Chars<'a> = std::iter::Peekable<std::str::Chars<'a>>;
+
 /// Parse `cmd` if it can run without a shell.
 pub fn parse(cmd: &str) -> Option<Simple> {
     let mut argv: Vec<String> = Vec::new();
     let mut redirects = Vec::new();
     let mut chars = cmd.chars().peekable();
-    // The word being read, and whether any of it was quoted (a quoted `2` is not an fd).
-    let mut word = String::new();
-    let mut in_word = false;
-    let mut quoted = false;
     loop {
-        let c = chars.peek().copied();
-        match c {
-            None | Some(' ') | Some('\t') => {
-                if in_word {
-                    argv.push(std::mem::take(&mut word));
-                    in_word = false;
-                    quoted = false;
-                }
-                if c.is_none() {
-                    break;
-                }
-                chars.next();
+        skip_blanks(&mut chars);
+        let Some(&c) = chars.peek() else { break };
+        let fd = if matches!(c, '<' | '>') {
+            None
+        } else {
+            let (w, quoted) = word(&mut chars)?;
+            // `2>`: an unquoted number right before the operator names a descriptor.
+            let names_fd = !quoted
+                && !w.is_empty()
+                && w.bytes().all(|b| b.is_ascii_digit())
+                && matches!(chars.peek(), Some('<' | '>'));
+            if !names_fd {
+                argv.push(w);
+                continue;
             }
-            Some('\'') => {
-                chars.next();
-                loop {
-                    match chars.next()? {
-                        '\'' => break,
-                        ch => word.push(ch),
-                    }
-                }
-                in_word = true;
-                quoted = true;
-            }
-            Some(op @ ('<' | '>')) => {
-                chars.next();
-                // `2>`: a lone unquoted digit right before the operator names the fd.
-                let digits = in_word && !quoted && word.bytes().all(|b| b.is_ascii_digit());
-                let fd = if digits {
-                    // `3>`: a descriptor heddle does not set up.
-                    if !matches!(word.as_str(), "0" | "1" | "2") {
-                        return None;
-                    }
-                    let fd = word.as_bytes()[0] - b'0';
-                    word.clear();
-                    in_word = false;
-                    fd
-                } else {
-                    if in_word {
-                        argv.push(std::mem::take(&mut word));
-                        in_word = false;
-                        quoted = false;
-                    }
-                    if op == '<' {
-                        0
-                    } else {
-                        1
-                    }
-                };
-                let mode = match (op, chars.peek()) {
-                    ('<', Some('<' | '&' | '>')) => return None,
-                    ('<', _) => OpenMode::Read,
-                    ('>', Some('>')) => {
-                        chars.next();
-                        OpenMode::Append
-                    }
-                    ('>', Some('|')) => return None,
-                    ('>', Some('&')) => {
-                        chars.next();
-                        let to = chars.next()?;
-                        if !matches!(to, '0'..='2') {
-                            return None;
-                        }
-                        // `2>&1` must end there: `2>&1x` is something else.
-                        if !matches!(chars.peek(), None | Some(' ' | '\t')) {
-                            return None;
-                        }
-                        redirects.push(Redirect::Dup {
-                            fd,
-                            to: to as u8 - b'0',
-                        });
-                        continue;
-                    }
-                    _ => OpenMode::Truncate,
-                };
-                while matches!(chars.peek(), Some(' ' | '\t')) {
-                    chars.next();
-                }
-                let path = target(&mut chars)?;
-                redirects.push(Redirect::File { fd, path, mode });
-            }
-            Some(ch) if safe(ch) => {
-                chars.next();
-                word.push(ch);
-                in_word = true;
-            }
-            Some(_) => return None,
-        }
+            // `3>`: a descriptor heddle does not set up.
+            Some(fd_number(&w)?)
+        };
+        redirects.push(redirect(&mut chars, fd)?);
     }
     let first = argv.first()?;
     // `a=b cmd` is an assignment; a builtin or keyword needs its shell.
@@ -158,32 +87,78 @@ pub fn parse(cmd: &str) -> Option<Simple> {
     Some(Simple { argv, redirects })
 }
 
-/// A redirection target: one word of safe characters and single-quoted parts.
-fn target(chars: &mut std::iter::Peekable<std::str::Chars>) -> Option<String> {
-    let mut path = String::new();
-    let mut any = false;
+fn skip_blanks(chars: &mut Chars) {
+    while matches!(chars.peek(), Some(' ' | '\t')) {
+        chars.next();
+    }
+}
+
+/// One word: safe characters and single-quoted parts, up to a blank, `<`, `>` or the end.
+/// Returns the word and whether any of it was quoted; `None` for any other character or an
+/// unterminated quote.
+fn word(chars: &mut Chars) -> Option<(String, bool)> {
+    let mut w = String::new();
+    let mut quoted = false;
     while let Some(&c) = chars.peek() {
         match c {
+            ' ' | '\t' | '<' | '>' => break,
             '\'' => {
                 chars.next();
                 loop {
                     match chars.next()? {
                         '\'' => break,
-                        ch => path.push(ch),
+                        ch => w.push(ch),
                     }
                 }
-                any = true;
+                quoted = true;
             }
             c if safe(c) => {
                 chars.next();
-                path.push(c);
-                any = true;
+                w.push(c);
             }
-            ' ' | '\t' => break,
             _ => return None,
         }
     }
-    (any && !path.is_empty()).then_some(path)
+    Some((w, quoted))
+}
+
+fn fd_number(s: &str) -> Option<u8> {
+    match s {
+        "0" => Some(0),
+        "1" => Some(1),
+        "2" => Some(2),
+        _ => None,
+    }
+}
+
+/// The redirection at `chars` (which start at `<` or `>`); `fd` when a number preceded it.
+fn redirect(chars: &mut Chars, fd: Option<u8>) -> Option<Redirect> {
+    let op = chars.next()?;
+    let fd = fd.unwrap_or(if op == '<' { 0 } else { 1 });
+    let mode = match (op, chars.peek()) {
+        ('<', Some('<' | '&' | '>')) | ('>', Some('|')) => return None,
+        ('<', _) => OpenMode::Read,
+        ('>', Some('>')) => {
+            chars.next();
+            OpenMode::Append
+        }
+        ('>', Some('&')) => {
+            chars.next();
+            let to = fd_number(&chars.next()?.to_string())?;
+            // `2>&1` must end there: `2>&1x` is something else.
+            if !matches!(chars.peek(), None | Some(' ' | '\t')) {
+                return None;
+            }
+            return Some(Redirect::Dup { fd, to });
+        }
+        _ => OpenMode::Truncate,
+    };
+    skip_blanks(chars);
+    let (path, _) = word(chars)?;
+    if path.is_empty() {
+        return None;
+    }
+    Some(Redirect::File { fd, path, mode })
 }
 
 #[cfg(test)]
