@@ -15,6 +15,26 @@ pub enum CacheError {
         #[source]
         source: std::io::Error,
     },
+    #[error("failed to copy {from} to {to}")]
+    Copy {
+        from: PathBuf,
+        to: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to store {path}: it is a symlink (to {target}); outputs must be regular files or folders written in the sandbox")]
+    SymlinkOutput { path: PathBuf, target: PathBuf },
+    #[error("failed to store folder {path}")]
+    UnsafeTree {
+        path: PathBuf,
+        #[source]
+        violation: crate::TreeViolation,
+    },
+    #[error("failed to keep input blob {digest} intact: its content changed while a stage held it (moved to {quarantined})")]
+    InputModified {
+        digest: Digest,
+        quarantined: PathBuf,
+    },
     #[error("failed to parse digest {input:?}: expected 64 lowercase hex characters")]
     BadDigest { input: String },
     #[error(
@@ -35,6 +55,22 @@ pub enum CacheError {
         #[source]
         source: serde_json::Error,
     },
+}
+
+/// The error and each of its causes, joined by ": " (for one-line messages in records).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let next = c.to_string();
+        // Some errors repeat their cause in their own message; print it once.
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 impl CacheError {

@@ -307,3 +307,39 @@ impl FileStamp {
 pub(crate) fn create_dir_all(path: &Path) -> Result<(), CacheError> {
     fs::create_dir_all(path).map_err(CacheError::io("create directory", path))
 }
+
+/// Open `path` for reading without following a symlink at its last component: a stage's
+/// output that is a link to a host file must be refused, not read through. On Linux this is
+/// `O_NOFOLLOW`; elsewhere the path is checked with `symlink_metadata` first (a race there
+/// needs a live writer in the sandbox, and heddle reads outputs only after the stage ended).
+pub(crate) fn open_nofollow(path: &Path) -> io::Result<fs::File> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+    }
+    #[cfg(not(unix))]
+    {
+        if fs::symlink_metadata(path)?.file_type().is_symlink() {
+            return Err(io::Error::other("is a symlink"));
+        }
+        fs::File::open(path)
+    }
+}
+
+/// Whether two metadata describe the same inode (always true where that cannot be told).
+pub(crate) fn same_inode(a: &fs::Metadata, b: &fs::Metadata) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        a.dev() == b.dev() && a.ino() == b.ino()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (a, b);
+        true
+    }
+}

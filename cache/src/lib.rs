@@ -63,20 +63,23 @@ mod digest;
 mod entry;
 mod error;
 mod fsutil;
+mod integrity;
 mod lock;
 mod maintenance;
 mod statcache;
 mod store;
 mod tree;
+mod tree_check;
 
 pub use digest::{hash_file, Digest};
 pub use entry::{ActionEntry, OutputEntry};
-pub use error::CacheError;
+pub use error::{error_chain, CacheError};
 pub use lock::KeyLock;
 pub use maintenance::{BadEntry, DuReport, FamilyUsage, GcReport, VerifyReport};
 pub use statcache::StatCache;
 pub use store::{BlobStore, Durability, Store, StoreOptions};
 pub use tree::{decode_tree, encode_tree, TreeEntry, TREE_TAG};
+pub use tree_check::{check_tree, TreeViolation};
 
 #[cfg(test)]
 mod tests;

@@ -2,15 +2,16 @@
 
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::digest::SMALL_FILE;
+use crate::digest::{hash_reader, SMALL_FILE};
 use crate::fsutil::{
     self, blob_mtime, remove_any, rename_replace, set_readonly, unique_name, TempPath,
 };
 use crate::tree::{decode_tree, encode_tree, scan_tree, TreeEntry};
+use crate::tree_check::check_tree;
 use crate::{hash_file, ActionEntry, CacheError, Digest, OutputEntry, StatCache};
 
 /// How hard the store works to survive a power loss (a killed process never loses anything
@@ -41,6 +42,14 @@ pub(crate) enum BlobState {
     Corrupt,
 }
 
+/// Why a blob is being served: to restore an output (trusted on its stat) or to feed a stage
+/// (verified; see [`crate::integrity`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Serve {
+    Restore,
+    Feed,
+}
+
 /// The local content-addressed store. Cheap to share between threads (`&self` everywhere).
 pub struct Store {
     pub(crate) root: PathBuf,
@@ -58,6 +67,8 @@ pub struct Store {
     /// A shared lock on `locks/store.lock` held for the store's lifetime; `verify` and `gc`
     /// try to upgrade it to learn whether any other process has the store open.
     pub(crate) presence: Mutex<File>,
+    /// Blobs this process vouches for (see [`crate::integrity`]).
+    pub(crate) verified: crate::integrity::Verified,
 }
 
 impl Store {
@@ -99,6 +110,7 @@ impl Store {
             pending: Mutex::new(Vec::new()),
             sync_lock: Mutex::new(()),
             presence: Mutex::new(presence),
+            verified: Default::default(),
         })
     }
 
@@ -154,17 +166,29 @@ impl Store {
     }
 
     fn put_output_inner(&self, path: &Path, adopt: bool) -> Result<OutputEntry, CacheError> {
-        let meta = fs::metadata(path).map_err(CacheError::io("stat", path))?;
-        if meta.is_file() {
-            let (digest, size, executable) = self.put_file(path, &meta, adopt)?;
+        // Never follow a link: a declared output that is a symlink could name any host file,
+        // and storing it would make heddle chmod, re-time and hard-link a file it does not own.
+        let meta = fs::symlink_metadata(path).map_err(CacheError::io("stat", path))?;
+        let ft = meta.file_type();
+        if ft.is_symlink() {
+            return Err(CacheError::SymlinkOutput {
+                path: path.to_path_buf(),
+                target: fs::read_link(path).unwrap_or_default(),
+            });
+        }
+        if ft.is_file() {
+            let (digest, size, executable) = self.put_file(path, adopt)?;
             Ok(OutputEntry::File {
                 digest,
                 size,
                 executable,
             })
-        } else if meta.is_dir() {
-            let mut scan = scan_tree(path, &mut |p, m| {
-                self.put_file(p, m, adopt).map(|(d, _, _)| d)
+        } else if ft.is_dir() {
+            let mut scan = scan_tree(path, &mut |p, _| self.put_file(p, adopt).map(|(d, _, _)| d))?;
+            scan.entries.sort_by(|a, b| a.path().cmp(b.path()));
+            check_tree(&scan.entries).map_err(|violation| CacheError::UnsafeTree {
+                path: path.to_path_buf(),
+                violation,
             })?;
             let bytes = encode_tree(&mut scan.entries);
             let digest = Digest::of_bytes(&bytes);
@@ -185,38 +209,65 @@ impl Store {
         }
     }
 
-    /// Store one regular file; returns (digest, size, executable).
-    fn put_file(
-        &self,
-        path: &Path,
-        meta: &fs::Metadata,
-        adopt: bool,
-    ) -> Result<(Digest, u64, bool), CacheError> {
-        let executable = fsutil::is_executable(meta);
+    /// Store one regular file; returns (digest, size, executable). The file is opened without
+    /// following links and everything after that reads the open descriptor, so what is hashed
+    /// is what is stored.
+    fn put_file(&self, path: &Path, adopt: bool) -> Result<(Digest, u64, bool), CacheError> {
+        let mut file = match fsutil::open_nofollow(path) {
+            Ok(f) => f,
+            Err(_) if fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) => {
+                return Err(CacheError::SymlinkOutput {
+                    path: path.to_path_buf(),
+                    target: fs::read_link(path).unwrap_or_default(),
+                })
+            }
+            Err(e) => return Err(CacheError::io("open", path)(e)),
+        };
+        let meta = file.metadata().map_err(CacheError::io("stat", path))?;
+        if !meta.is_file() {
+            return Err(CacheError::UnsupportedFileType {
+                path: path.to_path_buf(),
+            });
+        }
+        let executable = fsutil::is_executable(&meta);
         if meta.len() <= SMALL_FILE {
             // One read serves both the hash and the copy.
-            let bytes = fs::read(path).map_err(CacheError::io("read", path))?;
+            let mut bytes = Vec::with_capacity(meta.len() as usize);
+            file.read_to_end(&mut bytes)
+                .map_err(CacheError::io("read", path))?;
             let digest = Digest::of_bytes(&bytes);
             if self.has_blob(&digest) {
                 self.note_existing(&digest);
-            } else if !(adopt && self.link_blob(path, meta, executable, &digest)?) {
+            } else if !(adopt && self.link_blob(path, &meta, executable, &digest)?) {
                 self.write_blob_bytes(&digest, &bytes)?;
             }
+            self.mark_verified(&digest);
             return Ok((digest, bytes.len() as u64, executable));
         }
-        let digest = hash_file(path)?;
+        let digest = hash_reader(&mut file).map_err(CacheError::io("read", path))?;
         if self.blob_state(&digest, Some(meta.len()))? == BlobState::Ok {
             self.note_existing(&digest);
             return Ok((digest, meta.len(), executable));
         }
-        if self.link_blob(path, meta, executable, &digest)? {
-            return Ok((digest, meta.len(), executable));
+        if !self.link_blob(path, &meta, executable, &digest)? {
+            let tmp = TempPath::new(self.tmp.join(unique_name("b-")));
+            file.seek(SeekFrom::Start(0))
+                .map_err(CacheError::io("read", path))?;
+            let mut out = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(tmp.path())
+                .map_err(CacheError::io("create", tmp.path()))?;
+            // copy_file_range on Linux: a reflink where the filesystem shares extents.
+            io::copy(&mut file, &mut out).map_err(|source| CacheError::Copy {
+                from: path.to_path_buf(),
+                to: tmp.path().to_path_buf(),
+                source,
+            })?;
+            drop(out);
+            self.seal_blob(tmp, &digest)?;
         }
-        let tmp = TempPath::new(self.tmp.join(unique_name("b-")));
-        if reflink_copy::reflink(path, tmp.path()).is_err() {
-            fs::copy(path, tmp.path()).map_err(CacheError::io("copy", path))?;
-        }
-        self.seal_blob(tmp, &digest)?;
+        self.mark_verified(&digest);
         Ok((digest, meta.len(), executable))
     }
 
@@ -226,7 +277,9 @@ impl Store {
     /// nobody else links to: a produced file that is itself a link to some user file must not
     /// have that file's inode become a read-only blob. Not executables: the blob's read-only
     /// mode would strip their exec bit. Not on Windows, where the read-only attribute would
-    /// stop the owner deleting its scratch file.
+    /// stop the owner deleting its scratch file. `meta` is the open file's own stat; the new
+    /// link must name that very inode (and be a regular file), or it is undone: heddle changes
+    /// the mode and times only of an inode it has checked is the stage's file.
     fn link_blob(
         &self,
         path: &Path,
@@ -240,6 +293,10 @@ impl Store {
         let tmp = TempPath::new(self.tmp.join(unique_name("b-")));
         if fs::hard_link(path, tmp.path()).is_err() {
             return Ok(false);
+        }
+        match fs::symlink_metadata(tmp.path()) {
+            Ok(linked) if linked.is_file() && fsutil::same_inode(&linked, meta) => {}
+            _ => return Ok(false),
         }
         self.seal_blob(tmp, digest)?;
         Ok(true)
@@ -349,7 +406,9 @@ impl Store {
             }
         };
         if !meta.is_file() || size.is_some_and(|s| s != meta.len()) {
-            let _ = remove_any(&p);
+            if self.quarantine(d).is_err() {
+                let _ = remove_any(&p);
+            }
             return Ok(BlobState::Corrupt);
         }
         if meta.modified().ok() == Some(blob_mtime()) {
@@ -358,10 +417,13 @@ impl Store {
         match hash_file(&p) {
             Ok(actual) if actual == *d => {
                 fsutil::reset_blob_mtime(&p).map_err(CacheError::io("set mtime of", &p))?;
+                self.mark_verified(d);
                 Ok(BlobState::Ok)
             }
             Ok(_) => {
-                let _ = remove_any(&p);
+                if self.quarantine(d).is_err() {
+                    let _ = remove_any(&p);
+                }
                 Ok(BlobState::Corrupt)
             }
             Err(CacheError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
@@ -396,7 +458,9 @@ impl Store {
             }
         };
         if Digest::of_bytes(&bytes) != *d {
-            let _ = remove_any(&p);
+            if self.quarantine(d).is_err() {
+                let _ = remove_any(&p);
+            }
             return Err(CacheError::CorruptBlob { digest: *d });
         }
         decode_tree(*d, &bytes)
@@ -407,7 +471,7 @@ impl Store {
     /// filesystem can, else hard-linked (large non-executable files), else copied; small files
     /// are always copied. Everything materialised is read-only.
     pub fn materialize(&self, entry: &OutputEntry, dest: &Path) -> Result<(), CacheError> {
-        self.materialize_inner(entry, dest, None)
+        self.materialize_inner(entry, dest, None, Serve::Restore)
     }
 
     /// [`Store::materialize`], then record every materialised file in `stats` so that
@@ -418,7 +482,7 @@ impl Store {
         dest: &Path,
         stats: &StatCache,
     ) -> Result<(), CacheError> {
-        self.materialize_inner(entry, dest, Some(stats))
+        self.materialize_inner(entry, dest, Some(stats), Serve::Restore)
     }
 
     fn materialize_inner(
@@ -426,6 +490,7 @@ impl Store {
         entry: &OutputEntry,
         dest: &Path,
         stats: Option<&StatCache>,
+        serve: Serve,
     ) -> Result<(), CacheError> {
         let parent = match dest.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -444,7 +509,7 @@ impl Store {
                 size,
                 executable,
             } => {
-                self.require_blob(digest, Some(*size))?;
+                self.require_served(digest, *size, serve)?;
                 self.place_file(digest, tmp.path(), *size, *executable)?;
                 recorded.push((dest.to_path_buf(), *digest));
             }
@@ -462,7 +527,7 @@ impl Store {
                             executable,
                             path,
                         } => {
-                            self.require_blob(digest, Some(*size))?;
+                            self.require_served(digest, *size, serve)?;
                             self.place_file(digest, &at, *size, *executable)?;
                             recorded.push((dest.join(path), *digest));
                         }
@@ -494,12 +559,19 @@ impl Store {
             executable: false,
         } = entry
         {
-            self.require_blob(digest, Some(*size))?;
+            self.require_fed(digest, *size)?;
             if fs::hard_link(self.blob_path(digest), dest).is_ok() {
                 return Ok(());
             }
         }
-        self.materialize(entry, dest)
+        self.materialize_inner(entry, dest, None, Serve::Feed)
+    }
+
+    fn require_served(&self, d: &Digest, size: u64, serve: Serve) -> Result<(), CacheError> {
+        match serve {
+            Serve::Restore => self.require_blob(d, Some(size)),
+            Serve::Feed => self.require_fed(d, size),
+        }
     }
 
     /// Put a copy of blob `d` at `to` (which does not exist), by the cheapest safe means.
@@ -521,7 +593,23 @@ impl Store {
                 return Ok(());
             }
         }
-        fs::copy(&blob, to).map_err(CacheError::io("copy", &blob))?;
+        if size <= SMALL_FILE {
+            // Read anyway to be copied: check the bytes on the way (rot that kept the mtime).
+            let bytes = fs::read(&blob).map_err(CacheError::io("read", &blob))?;
+            if Digest::of_bytes(&bytes) != *d {
+                if self.quarantine(d).is_err() {
+                    let _ = remove_any(&blob);
+                }
+                return Err(CacheError::CorruptBlob { digest: *d });
+            }
+            fs::write(to, &bytes).map_err(CacheError::io("write", to))?;
+        } else {
+            fs::copy(&blob, to).map_err(|source| CacheError::Copy {
+                from: blob.clone(),
+                to: to.to_path_buf(),
+                source,
+            })?;
+        }
         set_readonly(to, executable).map_err(CacheError::io("set permissions of", to))?;
         Ok(())
     }

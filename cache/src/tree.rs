@@ -14,10 +14,11 @@
 //! as a blob so a tree can be rebuilt from its digest.
 
 use std::fs;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::tree_check::check_tree;
 use crate::{CacheError, Digest};
 
 /// Domain tag and format version. Bump the version if the line format changes: old tree
@@ -77,34 +78,14 @@ pub fn decode_tree(digest: Digest, bytes: &[u8]) -> Result<Vec<TreeEntry>, Cache
         return Err(bad(format!("missing {TREE_TAG} header")));
     }
     let mut entries = Vec::new();
-    let mut prev: Option<String> = None;
     for line in lines {
         let e: TreeEntry = serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
-        if !is_safe_relative(e.path()) {
-            return Err(bad(format!("unsafe path {:?}", e.path())));
-        }
-        if let Some(p) = &prev {
-            if p.as_str() >= e.path() {
-                return Err(bad("entries not sorted".into()));
-            }
-        }
-        prev = Some(e.path().to_string());
         entries.push(e);
     }
+    check_tree(&entries).map_err(|v| bad(v.to_string()))?;
     Ok(entries)
 }
 
-fn is_safe_relative(p: &str) -> bool {
-    !p.is_empty()
-        && !p.contains('\\')
-        && !p.contains('\0')
-        && p.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
-        && Path::new(p)
-            .components()
-            .all(|c| matches!(c, Component::Normal(_)))
-}
-
-/// Totals of a scanned tree.
 #[derive(Default)]
 pub(crate) struct TreeScan {
     pub entries: Vec<TreeEntry>,
