@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use heddle_cache::{Digest, StatCache, Store};
 use heddle_runner::lock::{self, LockFile};
 use heddle_runner::model::{self, LoadError, LoadOptions};
+use heddle_runner::out_lock::OutLock;
 use heddle_runner::plan::{self, Plan};
 use heddle_runner::prepare::{prepare, PrepareError, PrepareOptions};
 use heddle_runner::record::{self, RunStatus, Status};
@@ -781,6 +782,7 @@ async fn execute(
             eprintln!("note    {m}");
         }
     };
+    let _out_lock = lock_out(&plan, &opts.run_id, &log).await?;
     let ctx = prepare(
         plan.clone(),
         store,
@@ -838,6 +840,32 @@ fn project_root(cli: &Cli) -> PathBuf {
     cwd
 }
 
+/// Hold the pipeline's `out/` for this run ([`heddle_runner::out_lock`]), waiting for a run of
+/// the same pipeline in another process to finish first.
+async fn lock_out(plan: &Plan, run_id: &str, log: &dyn Fn(&str)) -> Result<OutLock, Fail> {
+    let root = plan.pipeline.root.clone();
+    let name = plan.pipeline.name.clone();
+    let lock_err = |e: heddle_runner::out_lock::OutLockError| {
+        Fail::invalid(format!("error: {}", heddle_cache::error_chain(&e)))
+    };
+    match OutLock::try_acquire(&root, &name, run_id).map_err(lock_err)? {
+        Ok(lock) => Ok(lock),
+        Err(holder) => {
+            log(&format!(
+                "waiting for another run of `{name}` to finish with {} (pid {}, run {})",
+                display_rel(&sched::output_dir(plan, "")),
+                holder.pid.map_or("?".into(), |p| p.to_string()),
+                holder.run_id.as_deref().unwrap_or("?"),
+            ));
+            let run_id = run_id.to_string();
+            tokio::task::spawn_blocking(move || OutLock::acquire(&root, &name, &run_id))
+                .await
+                .map_err(|e| Fail::invalid(format!("error: {e}")))?
+                .map_err(lock_err)
+        }
+    }
+}
+
 fn display_rel(p: &Path) -> String {
     let cwd = std::env::current_dir().unwrap_or_default();
     p.strip_prefix(&cwd).unwrap_or(p).display().to_string()
@@ -846,8 +874,8 @@ fn display_rel(p: &Path) -> String {
 fn cache_cmd(cli: &Cli, cmd: &CacheCmd) -> Result<i32, Fail> {
     let store = open_store(cli)?;
     let cache_err = |e: heddle_cache::CacheError| Fail {
-        code: EXIT_STAGE_FAILED,
-        msg: format!("error: {e}"),
+        code: EXIT_INVALID,
+        msg: format!("error: {}", heddle_cache::error_chain(&e)),
     };
     match cmd {
         CacheCmd::Du => {

@@ -13,6 +13,8 @@ pub mod exec;
 pub mod key;
 pub mod lock;
 pub mod model;
+pub mod names;
+pub mod out_lock;
 pub mod plan;
 pub mod prepare;
 pub mod pyenv;

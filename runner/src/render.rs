@@ -3,6 +3,7 @@
 //! is the container one, so keys never hold a machine-specific path).
 
 use crate::model::{RunTemplate, Stage};
+use crate::names::path_segment;
 use crate::plan::{member_dir, scalar, BoundInput, Instance, Plan};
 use crate::template::{Rendered, TemplateError};
 
@@ -86,7 +87,7 @@ pub fn render(
                                 format!(
                                     "{}/{name}/{}/{file}",
                                     layout.in_root,
-                                    member_dir(&plan.instances[*m].matrix)
+                                    path_segment(&member_dir(&plan.instances[*m].matrix))
                                 )
                             })
                             .collect(),

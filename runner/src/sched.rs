@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use heddle_cache::{ActionEntry, Digest, OutputEntry, StatCache, Store};
+use heddle_cache::{error_chain, ActionEntry, CacheError, Digest, OutputEntry, StatCache, Store};
 use heddle_containers::ImageIdentity;
 use petgraph::graph::NodeIndex;
 use serde_json::{json, Value};
@@ -23,6 +23,7 @@ use tokio::sync::Semaphore;
 use crate::exec::{base_env, Cancel, ContainerRequest, ExecOutcome, ExecRequest, Executor};
 use crate::key::{explain, KeyParts, Reason, KEY_VERSION};
 use crate::model::Stage;
+use crate::names::path_segment;
 use crate::plan::{member_dir, BoundInput, Plan};
 use crate::pyenv::EnvInfo;
 use crate::record::{Cause, InstanceRecord, RunRecord, RunStatus, Status, StatusRecord};
@@ -108,13 +109,15 @@ fn family(plan: &Plan, stage: &Stage) -> String {
     format!("{}/{}", plan.pipeline.name, stage.name)
 }
 
-/// Where an instance's outputs are materialised: `out/<pipeline>/<label>/<file>`.
+/// Where an instance's outputs are materialised: `out/<pipeline>/<label>/<file>`, the label
+/// made a safe folder name ([`path_segment`]: a matrix value is data, not a path).
 pub fn output_dir(plan: &Plan, label: &str) -> PathBuf {
-    plan.pipeline
-        .root
-        .join("out")
-        .join(&plan.pipeline.name)
-        .join(label)
+    let base = plan.pipeline.root.join("out").join(&plan.pipeline.name);
+    if label.is_empty() {
+        base
+    } else {
+        base.join(path_segment(label).as_ref())
+    }
 }
 
 impl Context {
@@ -255,7 +258,7 @@ fn resolve_inputs(
                     }
                     ms.push((
                         *m,
-                        member_dir(&plan.instances[*m].matrix),
+                        path_segment(&member_dir(&plan.instances[*m].matrix)).into_owned(),
                         d.status.clone(),
                         d.outputs.get(output).cloned(),
                     ));
@@ -1227,7 +1230,7 @@ async fn attempt_once(
     );
     env.insert("HEDDLE_RUN_ID".into(), sh.opts.run_id.clone());
 
-    let safe = sanitize(&inst.label);
+    let safe = path_segment(&inst.label);
     let stdout_log = sh.logs_dir.join(format!("{safe}.out"));
     let stderr_log = sh.logs_dir.join(format!("{safe}.err"));
     record.logs = Some([
@@ -1354,6 +1357,17 @@ async fn attempt_once(
         }
     }
 
+    // A host stage sees its inputs as hard links to blobs: a write through one (as root the
+    // read-only mode does not stop it) must fail this stage and every stage that held the
+    // blob, before any of them stores a result.
+    {
+        let store = ctx.store.clone();
+        let ins = inputs.clone();
+        if let Err(e) = blocking(move || check_inputs(&store, &ins)).await {
+            return Err(fail("InputModified", e, None, tail()));
+        }
+    }
+
     // Collect: every declared output must exist; store them, then materialise.
     let store = ctx.store.clone();
     let stats = ctx.stats.clone();
@@ -1371,9 +1385,15 @@ async fn attempt_once(
                     format!("output `{name}` ({file}) was not written"),
                 ));
             }
-            let entry = store
-                .adopt_output(&p)
-                .map_err(|e| ("HeddleError".to_string(), e.to_string()))?;
+            let entry = store.adopt_output(&p).map_err(|e| {
+                let class = match e {
+                    CacheError::SymlinkOutput { .. } | CacheError::UnsafeTree { .. } => {
+                        "UnsafeOutput"
+                    }
+                    _ => "HeddleError",
+                };
+                (class.to_string(), error_chain(&e))
+            })?;
             outs.insert(name.clone(), entry);
         }
         std::fs::create_dir_all(&dir).map_err(|e| {
@@ -1386,7 +1406,7 @@ async fn attempt_once(
             let dest = dir.join(&files[name]);
             store
                 .materialize(entry, &dest)
-                .map_err(|e| ("HeddleError".to_string(), e.to_string()))?;
+                .map_err(|e| ("HeddleError".to_string(), error_chain(&e)))?;
             stats.record(&dest, entry.digest());
             paths.insert(name.clone(), dest.to_string_lossy().into_owned());
         }
@@ -1402,19 +1422,6 @@ async fn attempt_once(
         }
         Err((class, msg)) => Err(fail(&class, msg, Some(0), tail())),
     }
-}
-
-fn sanitize(label: &str) -> String {
-    label
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.=,[]".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 /// Put inputs where the command expects them: `in/<name>/<file>`, gathered members as
@@ -1435,7 +1442,7 @@ fn lay_out(store: &Store, sb: &Path, inputs: &BTreeMap<String, Resolved>) -> Res
             Resolved::One { entry, file } => {
                 store
                     .link_into(entry, &dir.join(file))
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| error_chain(&e))?;
             }
             Resolved::Gather { file, members } => {
                 for (_, mdir, status, entry) in members {
@@ -1449,10 +1456,33 @@ fn lay_out(store: &Store, sb: &Path, inputs: &BTreeMap<String, Resolved>) -> Res
                     if let Some(e) = entry {
                         store
                             .link_into(e, &d.join(file))
-                            .map_err(|e| e.to_string())?;
+                            .map_err(|e| error_chain(&e))?;
                     }
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// [`Store::check_fed`] for every blob laid out as an input, naming the input on failure.
+fn check_inputs(store: &Store, inputs: &BTreeMap<String, Resolved>) -> Result<(), String> {
+    for (name, r) in inputs {
+        let entries: Vec<&OutputEntry> = match r {
+            Resolved::Path { .. } => continue,
+            Resolved::One { entry, .. } => vec![entry],
+            Resolved::Gather { members, .. } => {
+                members.iter().filter_map(|m| m.3.as_ref()).collect()
+            }
+        };
+        for entry in entries {
+            store.check_fed(entry).map_err(|e| {
+                format!(
+                    "input `{name}` was modified while the stage ran (by this stage or one \
+                     beside it); it must be treated as read-only: {}",
+                    error_chain(&e)
+                )
+            })?;
         }
     }
     Ok(())

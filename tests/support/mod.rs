@@ -181,3 +181,12 @@ pub fn alive(pid: &str) -> bool {
         Err(_) => false,
     }
 }
+
+/// The record of one instance (by label) in a run record (`heddle show last --json`).
+pub fn instance<'a>(record: &'a serde_json::Value, label: &str) -> &'a serde_json::Value {
+    record["instances"]
+        .as_array()
+        .and_then(|all| all.iter().find(|i| i[0] == label))
+        .map(|i| &i[1])
+        .unwrap_or_else(|| panic!("no instance {label} in the run record:\n{record:#}"))
+}

@@ -1,0 +1,226 @@
+//! A cached result is exactly what ran, and nothing a stage names reaches outside its sandbox
+//! or the project (issue 14), through the real binary, the way a careless stage or user would
+//! meet it: a root stage editing its input, a symlink output, a `../` matrix value, two
+//! concurrent runs of one pipeline with different params.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::process::Stdio;
+
+use support::{instance, Project};
+
+#[cfg(unix)]
+#[test]
+fn a_stage_writing_its_input_fails_and_poisons_nothing() {
+    let p = Project::new();
+    p.file(
+        "p.toml",
+        r#"
+[pipeline]
+name = "poison"
+[stages.make]
+run = "echo good > {{ out.o }}"
+outputs = { o = "o.txt" }
+[stages.vandal]
+inputs = { x = "make.o" }
+# As root the read-only mode of the input does not stop an in-place append.
+run = "chmod u+w {{ in.x }}; echo bad >> {{ in.x }}; cp {{ in.x }} {{ out.o }}"
+outputs = { o = "o.txt" }
+[stages.reader]
+inputs = { x = "vandal.o", y = "make.o" }
+run = "cat {{ in.y }} > {{ out.o }}"
+outputs = { o = "o.txt" }
+"#,
+    );
+    let r = p.run("p.toml", &["--keep-going"]).code(1);
+    assert!(
+        r.stderr.contains("FAILED  vandal  input `x` was modified"),
+        "{}",
+        r.stderr
+    );
+    let rec = p.last_record();
+    let vandal = instance(&rec, "vandal");
+    assert_eq!(vandal["status"]["error_class"], "InputModified");
+    assert!(
+        vandal["status"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("input `x` was modified while the stage ran"),
+        "{vandal:#}"
+    );
+    // The store lost the edited blob; the upstream output is recomputed, never served edited.
+    p.heddle(&["cache", "verify"]).ok();
+    p.file(
+        "p.toml",
+        &p.read("p.toml")
+            .replace("chmod u+w {{ in.x }}; echo bad >> {{ in.x }}; ", ""),
+    );
+    p.run("p.toml", &[]).ok();
+    assert_eq!(p.read("out/poison/make/o.txt"), "good\n");
+    assert_eq!(p.read("out/poison/vandal/o.txt"), "good\n");
+    assert_eq!(p.read("out/poison/reader/o.txt"), "good\n");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_symlink_output_is_an_error_and_the_host_file_is_untouched() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let p = Project::new();
+    let host = p.path("host-secret.txt");
+    fs::write(&host, "secret").unwrap();
+    fs::set_permissions(&host, fs::Permissions::from_mode(0o600)).unwrap();
+    let before = fs::metadata(&host).unwrap();
+    p.file(
+        "p.toml",
+        &format!(
+            r#"
+[pipeline]
+name = "links"
+[stages.leak]
+run = "ln -s '{}' {{{{ out.o }}}}"
+outputs = {{ o = "o.txt" }}
+[stages.tree]
+run = "mkdir -p {{{{ out.d }}}} && ln -s /etc {{{{ out.d }}}}/etc"
+outputs = {{ d = "d" }}
+"#,
+            host.display()
+        ),
+    );
+    let r = p.run("p.toml", &["--keep-going"]).code(1);
+    let rec = p.last_record();
+    for label in ["leak", "tree"] {
+        let s = &instance(&rec, label)["status"];
+        assert_eq!(s["error_class"], "UnsafeOutput", "{label}: {}", r.stderr);
+    }
+    assert!(
+        instance(&rec, "leak")["status"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("it is a symlink"),
+        "{rec:#}"
+    );
+    assert!(
+        instance(&rec, "tree")["status"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("\"etc\" -> \"/etc\" points outside the tree"),
+        "{rec:#}"
+    );
+    let after = fs::metadata(&host).unwrap();
+    assert_eq!(after.permissions().mode() & 0o777, 0o600);
+    assert_eq!(after.modified().unwrap(), before.modified().unwrap());
+    assert_eq!(after.nlink(), 1);
+    assert!(!p.path("out/links/tree/d/etc").exists());
+}
+
+#[test]
+fn matrix_values_are_names_not_paths() {
+    let p = Project::new();
+    p.file(
+        "p.toml",
+        r#"
+[pipeline]
+name = "names"
+[stages.w]
+matrix = { k = ["../../escaped", "/abs", "-rf", "..", "CON", "a\nb"] }
+run = "echo {{ matrix.k }} > {{ out.o }}"
+outputs = { o = "o.txt" }
+[stages.all]
+inputs = { xs = "w[*].o" }
+run = "ls {{ in.xs.dir }} > {{ out.o }}"
+outputs = { o = "o.txt" }
+"#,
+    );
+    p.run("p.toml", &[]).ok();
+    assert!(!p.root().parent().unwrap().join("escaped").exists());
+    assert!(!p.path("escaped").exists());
+    let dirs: BTreeSet<String> = fs::read_dir(p.path("out/names"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let want = [
+        "all",
+        "w[k=%2Fabs]",
+        "w[k=-rf]",
+        "w[k=..%2F..%2Fescaped]",
+        "w[k=..]",
+        "w[k=CON]",
+        "w[k=a%0Ab]",
+    ];
+    assert_eq!(dirs, want.iter().map(|s| s.to_string()).collect());
+    assert_eq!(
+        p.read("out/names/w[k=..%2F..%2Fescaped]/o.txt"),
+        "../../escaped\n"
+    );
+    let members: BTreeSet<String> = p
+        .read("out/names/all/o.txt")
+        .lines()
+        .map(String::from)
+        .collect();
+    let want = [
+        "k=%2Fabs",
+        "k=-rf",
+        "k=.%2E",
+        "k=..%2F..%2Fescaped",
+        "k=CON",
+        "k=a%0Ab",
+    ];
+    assert_eq!(members, want.iter().map(|s| s.to_string()).collect());
+}
+
+/// Two runs of one pipeline at once with different params: the second waits for the first,
+/// `out/` ends as the later run made it, and both run records are right.
+#[test]
+fn concurrent_runs_with_different_params_do_not_mix_out() {
+    let p = Project::new();
+    p.file(
+        "p.toml",
+        r#"
+[pipeline]
+name = "mix"
+[params]
+v = "a"
+[stages.s]
+matrix = { i = [1, 2, 3, 4, 5, 6] }
+run = "sleep 0.2; echo {{ params.v }} > {{ out.o }}"
+outputs = { o = "o.txt" }
+"#,
+    );
+    let a = p
+        .cmd(&["run", "p.toml", "--progress", "plain", "--set", "v=a"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let b = p
+        .cmd(&["run", "p.toml", "--progress", "plain", "--set", "v=b"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    assert!(a.status.success() && b.status.success());
+    let waited: Vec<bool> = [&a, &b]
+        .iter()
+        .map(|o| String::from_utf8_lossy(&o.stderr).contains("waiting for another run of `mix`"))
+        .collect();
+    assert_eq!(
+        waited.iter().filter(|w| **w).count(),
+        1,
+        "exactly one run waits: {waited:?}"
+    );
+    let last = if waited[0] { "a" } else { "b" };
+    for i in 1..=6 {
+        assert_eq!(
+            p.read(&format!("out/mix/s[i={i}]/o.txt")),
+            format!("{last}\n")
+        );
+    }
+    let runs = p.heddle(&["runs"]).ok();
+    assert_eq!(
+        runs.stdout.matches("completed").count(),
+        2,
+        "{}",
+        runs.stdout
+    );
+}
