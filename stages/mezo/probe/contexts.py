@@ -52,6 +52,10 @@ class OrtContext(Context):
         so.optimized_model_filepath = opt_path
         self.sess = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
         self.input_name = self.sess.get_inputs()[0].name
+        # A model authored with a fixed batch (the entry's x is [1, 256, 1, 1]) is run frame by frame, as authored,
+        # rather than rewritten to take a batch.
+        first = self.sess.get_inputs()[0].shape[0]
+        self.fixed_batch = first if isinstance(first, int) and first > 0 else None
         ops = []
         try:
             import onnx
@@ -60,14 +64,22 @@ class OrtContext(Context):
             ops = [f"unavailable: {type(e).__name__}: {e}"]
         self._info = {"onnxruntime": ort.__version__, "graph_optimization_level": str(so.graph_optimization_level),
                       "executed_ops": ops, "integer_kernels": sorted({o for o in ops if o.startswith("QLinear")}),
-                      "threads": int(threads)}
+                      "threads": int(threads), "fixed_batch": self.fixed_batch}
 
     @property
     def info(self):
         return self._info
 
     def forward(self, x):
-        y = self.sess.run(None, {self.input_name: np.ascontiguousarray(x.transpose(0, 3, 1, 2))})[0]
+        x = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+        if self.fixed_batch and x.shape[0] != self.fixed_batch:
+            b = self.fixed_batch
+            if x.shape[0] % b:
+                raise ValueError(f"{x.shape[0]} inputs for a model with fixed batch {b}")
+            y = np.concatenate([self.sess.run(None, {self.input_name: x[i:i + b]})[0]
+                                for i in range(0, x.shape[0], b)])
+        else:
+            y = self.sess.run(None, {self.input_name: x})[0]
         return np.ascontiguousarray(y.transpose(0, 2, 3, 1))
 
 

@@ -37,7 +37,12 @@ def quantize(model, calib_path, out, precision, samples, batch, per_channel, met
     act, wt = PRECISIONS[precision]
     calib = np.load(calib_path, mmap_mode="r")
     n = calib.shape[0] if samples <= 0 else min(samples, calib.shape[0])
-    input_name = onnx.load(model, load_external_data=False).graph.input[0].name
+    graph_input = onnx.load(model, load_external_data=False).graph.input[0]
+    input_name = graph_input.name
+    # A model authored with a fixed batch (the logbook entry's x is [1, 256, 1, 1]) takes that many rows per call.
+    first = graph_input.type.tensor_type.shape.dim[0]
+    if first.HasField("dim_value") and first.dim_value > 0:
+        batch = int(first.dim_value)
 
     class Reader(CalibrationDataReader):
         def __init__(self):
@@ -57,7 +62,7 @@ def quantize(model, calib_path, out, precision, samples, batch, per_channel, met
     ops = [nd.op_type for nd in q.graph.node]
     types = sorted({onnx.TensorProto.DataType.Name(i.data_type) for i in q.graph.initializer})
     return {"precision": precision, "activation_type": act, "weight_type": wt, "format": "QDQ",
-            "per_channel": per_channel, "calibrate_method": method, "calibration_entries": int(n),
+            "per_channel": per_channel, "calibrate_method": method, "calibration_entries": int(n), "calibration_batch": int(batch),
             "calibration_layout": "NHWC float32 (transposed to NCHW for ONNX)",
             "opset": [o.version for o in q.opset_import if o.domain in ("", "ai.onnx")],
             "ops": ops, "initializer_types": types, "onnxruntime": onnxruntime.__version__}
