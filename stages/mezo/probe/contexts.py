@@ -95,16 +95,11 @@ def hn_input_layers(runner):
 class DfcContext(Context):
     """DFC emulator context; documented API, untested on the real DFC until run there."""
 
-    def __init__(self, har, name, hw_arch):
-        home = os.environ.get("HOME") or os.path.expanduser("~")
-        if not (os.path.isdir(home) and os.access(home, os.W_OK)):
-            # containers run as the invoking uid; the SDK may write under ~ (see dfc/translate)
-            os.environ["HOME"] = tempfile.mkdtemp(prefix="home-")
-        import hailo_sdk_client as sdk
+    def __init__(self, har, name, hw_arch, helpers):
+        helpers.ensure_writable_home()  # before the SDK is imported: it may write under ~
         from hailo_sdk_client import ClientRunner, InferenceContext
-        # TEST DOUBLE marker: set only by tests/images/dfc-double's fake SDK; recorded so its numbers are labelled.
-        self.sdk = {"module": "hailo_sdk_client", "version": getattr(sdk, "__version__", None),
-                    "test_double": getattr(sdk, "TEST_DOUBLE", None)}
+        # Names the TEST DOUBLE when tests/images/dfc-double's fake SDK ran, so its numbers are labelled.
+        self.sdk = helpers.sdk_identity()
         if name not in DFC_CONTEXTS:
             raise ValueError(f"unknown dfc context {name!r}; known: {', '.join(DFC_CONTEXTS)}")
         self.name = name
@@ -158,7 +153,8 @@ class DfcContext(Context):
         return np.asarray(out, dtype=np.float32).reshape(x.shape[0], *np.asarray(out).shape[1:])
 
 
-def make_context(backend, name, *, quant=None, float_model=None, weights=None, hw_arch="hailo10h", threads=1):
+def make_context(backend, name, *, quant=None, float_model=None, weights=None, hw_arch="hailo10h", threads=1,
+                 helpers=None):
     if name == "NUMPY_FLOAT":
         if not weights:
             raise ValueError("NUMPY_FLOAT needs --weights")
@@ -171,5 +167,5 @@ def make_context(backend, name, *, quant=None, float_model=None, weights=None, h
     if backend == "dfc":
         if not quant:
             raise ValueError(f"context {name} needs the quantised HAR")
-        return DfcContext(quant, name, hw_arch)
+        return DfcContext(quant, name, hw_arch, helpers)
     raise ValueError(f"unknown backend {backend!r} (ort, dfc; the device context lives in stages/hailo/infer)")

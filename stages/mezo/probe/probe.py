@@ -30,14 +30,13 @@ import numpy as np  # noqa: E402
 import mezo  # noqa: E402
 
 
-def record_error(exc):
-    path = os.environ.get("HEDDLE_ERROR_FILE")
-    if path:
-        try:
-            with open(path, "w") as f:
-                json.dump({"class": type(exc).__name__, "message": str(exc)}, f)
-        except OSError:
-            pass
+def load_helpers(path):
+    """stages/lib/heddle_stage.py, bound as this stage's `helpers` input (until definitions can include files)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("heddle_stage", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _clean(v):
@@ -181,20 +180,23 @@ def main(argv=None):
     ap.add_argument("--weights", help="weights.npz from onnx/author (NUMPY_FLOAT)")
     ap.add_argument("--hw-arch", default="hailo10h")
     ap.add_argument("--threads", type=int, default=1, help="ORT intra-op threads (1 keeps sums in one order)")
+    ap.add_argument("--helpers", required=True, help="stages/lib/heddle_stage.py")
     common_args(ap)
     a = ap.parse_args(argv)
+    hs = load_helpers(a.helpers)
     from contexts import make_context
     fref = a.float_ref
     if fref in ("", "auto"):
         fref = {"ort": "ORT_FLOAT", "dfc": "SDK_NATIVE"}[a.backend]
-    kw = dict(quant=a.quant, float_model=a.float_model, weights=a.weights, hw_arch=a.hw_arch, threads=a.threads)
+    kw = dict(quant=a.quant, float_model=a.float_model, weights=a.weights, hw_arch=a.hw_arch, threads=a.threads,
+              helpers=hs)
     try:
         run_probe(a, lambda: make_context(a.backend, a.context, **kw),
                   lambda: make_context(a.backend, fref, **kw), {"backend": a.backend})
     except BaseException as e:
         if isinstance(e, (SystemExit, KeyboardInterrupt)):
             raise
-        record_error(e)
+        hs.record_error(e)
         traceback.print_exc()
         sys.exit(1)
 

@@ -20,11 +20,13 @@ import numpy as np
 PRECISIONS = {"a8_w8": ("QUInt8", "QInt8"), "a16_w16": ("QUInt16", "QInt16"), "a16_w4": ("QUInt16", "QInt4")}
 
 
-def record_error(exc):
-    path = os.environ.get("HEDDLE_ERROR_FILE")
-    if path:
-        with open(path, "w") as f:
-            json.dump({"class": type(exc).__name__, "message": str(exc)}, f)
+def load_helpers(path):
+    """stages/lib/heddle_stage.py, bound as this stage's `helpers` input (until definitions can include files)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("heddle_stage", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def quantize(model, calib_path, out, precision, samples, batch, per_channel, method):
@@ -79,12 +81,14 @@ def main(argv=None):
     ap.add_argument("--method", default="MinMax")
     ap.add_argument("--out-model", required=True)
     ap.add_argument("--out-report", required=True)
+    ap.add_argument("--helpers", required=True, help="stages/lib/heddle_stage.py")
     a = ap.parse_args(argv)
+    hs = load_helpers(a.helpers)
     try:
         rep = quantize(a.model, a.calib, a.out_model, a.precision, a.samples, a.batch,
                        a.per_channel.lower() in ("1", "true", "yes"), a.method)
     except Exception as e:
-        record_error(e)
+        hs.record_error(e)
         traceback.print_exc()
         sys.exit(1)
     with open(a.out_report, "w") as f:
