@@ -315,7 +315,7 @@ pub async fn verify(entry_path: &Path, rr: &Rerun<'_>, opts: &VerifyOptions) -> 
             rr.progress,
         )
         .await
-        .map_err(|f| cannot_rerun(f, entry_path, &file))?;
+        .map_err(|f| cannot_rerun(f, entry_path, &e.front["pipeline_file"]))?;
         let _ = record::save(rr.root, &rec);
         let tables = tables(&store, rr.root, &rec);
         for (b, rule) in e.blocks().zip(&rules) {
@@ -406,13 +406,12 @@ pub async fn verify(entry_path: &Path, rr: &Rerun<'_>, opts: &VerifyOptions) -> 
 
 /// A rerun that cannot start (an image or engine missing, a pipeline that no longer loads)
 /// says which entry could not be verified before the cause.
-fn cannot_rerun(f: Fail, entry_path: &Path, file: &Path) -> Fail {
+fn cannot_rerun(f: Fail, entry_path: &Path, pipeline_file: &str) -> Fail {
     Fail {
         code: f.code,
         msg: format!(
-            "error: cannot verify {}: its pipeline {} cannot run here\n  caused by: {}",
+            "error: cannot verify {}: its pipeline {pipeline_file} cannot run here\n  caused by: {}",
             entry_path.display(),
-            file.display(),
             f.msg.trim_start_matches("error: ")
         ),
     }

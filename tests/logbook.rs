@@ -238,6 +238,39 @@ fn verify_prints_every_value_the_rule_and_each_difference_exactly() {
     );
 }
 
+/// An entry whose pipeline needs an image this machine does not have cannot be verified here:
+/// verify says which image, and exits 2 (a user error: load the image), never "differ".
+#[test]
+fn an_entry_whose_image_is_absent_says_so_and_exits_2() {
+    let p = Project::new();
+    p.file(
+        "p.toml",
+        "[pipeline]\nname = \"needs-image\"\n[stages.table]\nimage = \"heddle-test/absent:never\"\nreport = true\nrun = \"echo '| a | b |' > {{ out.md }}\"\noutputs = { md = \"t.md\" }\n",
+    )
+    .file(
+        "e.md",
+        "---\nheddle-entry: 1\npipeline: needs-image\npipeline_file: p.toml\nparams: {}\n---\n<!-- heddle:begin table src=table#md -->\n| a | 1.0 |\n<!-- heddle:end table -->\n",
+    );
+    let v = p.heddle(&["logbook", "verify", "e.md"]).code(2);
+    assert!(
+        v.stderr.starts_with("error: cannot verify e.md: its pipeline p.toml cannot run here\n  caused by: "),
+        "{}",
+        v.stderr
+    );
+    if std::process::Command::new("docker")
+        .args(["info"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        assert!(
+            v.stderr.contains("image heddle-test/absent:never is not present in the Docker Engine"),
+            "{}",
+            v.stderr
+        );
+    }
+    assert!(!v.stdout.contains("differ"), "{}", v.stdout);
+}
+
 /// A stand-in project whose report stages print the committed entry's table blocks verbatim (the
 /// real pipeline's rerun is what tests/all.sh verifies; here the question is only whether
 /// verify notices an edit), and the entry pointed at it. Failure blocks are emptied: the
