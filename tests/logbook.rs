@@ -253,7 +253,9 @@ fn an_entry_whose_image_is_absent_says_so_and_exits_2() {
     );
     let v = p.heddle(&["logbook", "verify", "e.md"]).code(2);
     assert!(
-        v.stderr.starts_with("error: cannot verify e.md: its pipeline p.toml cannot run here\n  caused by: "),
+        v.stderr.starts_with(
+            "error: cannot verify e.md: its pipeline p.toml cannot run here\n  caused by: "
+        ),
         "{}",
         v.stderr
     );
@@ -263,7 +265,8 @@ fn an_entry_whose_image_is_absent_says_so_and_exits_2() {
         .is_ok_and(|o| o.status.success())
     {
         assert!(
-            v.stderr.contains("image heddle-test/absent:never is not present in the Docker Engine"),
+            v.stderr
+                .contains("image heddle-test/absent:never is not present in the Docker Engine"),
             "{}",
             v.stderr
         );
