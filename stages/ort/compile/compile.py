@@ -4,7 +4,6 @@
 machine-specific NCHWc layout ops), saved as an ONNX file, plus a report of the op types it runs."""
 import argparse
 import json
-import os
 import sys
 import traceback
 

@@ -11,7 +11,6 @@ and is transposed to NCHW for the ONNX model. Any exception is recorded as {clas
 """
 import argparse
 import json
-import os
 import sys
 import traceback
 
