@@ -179,10 +179,13 @@ enum LogbookCmd {
         /// How many times to rerun.
         #[arg(long, default_value_t = 1)]
         runs: usize,
-        #[arg(long, default_value_t = 1e-6)]
-        rtol: f64,
-        #[arg(long, default_value_t = 0.0)]
-        atol: f64,
+        /// Judge every number within this relative tolerance instead of to the digits the entry
+        /// printed (the default) or the tolerance a block states.
+        #[arg(long)]
+        rtol: Option<f64>,
+        /// Absolute tolerance, with or instead of --rtol.
+        #[arg(long)]
+        atol: Option<f64>,
         #[arg(long, value_enum, default_value_t = ProgressMode::Quiet)]
         progress: ProgressMode,
     },
@@ -679,10 +682,12 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
                     let opts = logbook::VerifyOptions {
                         fresh: *fresh,
                         runs: *runs,
-                        tol: heddle_report::compare::Tolerance {
-                            rtol: *rtol,
-                            atol: *atol,
-                        },
+                        tol: (rtol.is_some() || atol.is_some()).then(|| {
+                            heddle_report::compare::Tolerance {
+                                rtol: rtol.unwrap_or(0.0),
+                                atol: atol.unwrap_or(0.0),
+                            }
+                        }),
                     };
                     logbook::verify(entry, &rr, &opts).await
                 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use heddle_cache::{Digest, Store};
-use heddle_report::compare::{compare_blocks, Tolerance};
+use heddle_report::compare::{compare_blocks, Rule, Tolerance};
 use heddle_report::entry::{self, Entry, Segment, Table};
 use heddle_report::html::{self, PlotFile, PlotSpec};
 use heddle_runner::lock;
@@ -241,7 +241,20 @@ pub struct Rerun<'a> {
 pub struct VerifyOptions {
     pub fresh: bool,
     pub runs: usize,
-    pub tol: Tolerance,
+    /// A tolerance given on the command line; it overrides what the entry states or prints.
+    pub tol: Option<Tolerance>,
+}
+
+/// The rule a block's numbers are judged by: the command line's tolerance, else the one the
+/// block states, else the digits the entry printed.
+fn rule_for(b: &entry::Block, cli: Option<Tolerance>, path: &Path) -> Result<Rule, Fail> {
+    if let Some(t) = cli {
+        return Ok(Rule::Stated(t));
+    }
+    let stated = b
+        .stated_tolerance()
+        .map_err(|e| Fail::invalid(format!("error: {}: {e}", path.display())))?;
+    Ok(stated.map_or(Rule::Printed, Rule::Stated))
 }
 
 pub async fn verify(entry_path: &Path, rr: &Rerun<'_>, opts: &VerifyOptions) -> Result<i32, Fail> {
@@ -257,8 +270,13 @@ pub async fn verify(entry_path: &Path, rr: &Rerun<'_>, opts: &VerifyOptions) -> 
         rr.root.join(file)
     };
     let sets = overrides(&e)?;
+    let rules = e
+        .blocks()
+        .map(|b| rule_for(b, opts.tol, entry_path))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut bad = 0usize;
     let mut good = 0usize;
+    let mut unrecorded = 0usize;
     for n in 1..=opts.runs.max(1) {
         let private = if opts.fresh {
             Some(tempfile::tempdir().map_err(|err| Fail::invalid(format!("error: {err}")))?)
@@ -296,27 +314,41 @@ pub async fn verify(entry_path: &Path, rr: &Rerun<'_>, opts: &VerifyOptions) -> 
             ropts,
             rr.progress,
         )
-        .await?;
+        .await
+        .map_err(|f| cannot_rerun(f, entry_path, &e.front["pipeline_file"]))?;
         let _ = record::save(rr.root, &rec);
         let tables = tables(&store, rr.root, &rec);
-        for b in e.blocks() {
+        for (b, rule) in e.blocks().zip(&rules) {
             match b.kind.as_str() {
                 "table" => {
                     let src = b.src().unwrap_or("");
+                    if n == 1 {
+                        println!("table {src}: numbers must agree {rule}");
+                    }
                     match tables.iter().find(|t| t.src == src) {
                         None => {
                             bad += 1;
                             println!("DIFF  table {src}: not produced by this run");
                         }
                         Some(t) => {
-                            for v in compare_blocks(&b.body, &t.markdown, opts.tol) {
-                                if v.ok {
+                            for v in compare_blocks(&b.body, &t.markdown, *rule) {
+                                if !v.recorded {
+                                    unrecorded += 1;
+                                    println!(
+                                        "new   {src} {}: now {} (the entry did not record it)",
+                                        v.place, v.now
+                                    );
+                                } else if v.ok {
                                     good += 1;
                                     println!("ok    {src} {}: {} | {}", v.place, v.entry, v.now);
                                 } else {
                                     bad += 1;
+                                    let allowed = v
+                                        .allowed
+                                        .map(|a| format!(" (allowed {a})"))
+                                        .unwrap_or_default();
                                     println!(
-                                        "DIFF  {src} {}: entry {} | now {}",
+                                        "DIFF  {src} {}: entry {} | now {}{allowed}",
                                         v.place, v.entry, v.now
                                     );
                                 }
@@ -357,14 +389,32 @@ pub async fn verify(entry_path: &Path, rr: &Rerun<'_>, opts: &VerifyOptions) -> 
         }
     }
     println!(
-        "verify: {good} values reproduced, {bad} differ{}",
-        if bad == 0 {
+        "verify: {good} values reproduced, {bad} differ{}{}",
+        if unrecorded > 0 {
+            format!(", {unrecorded} not recorded in the entry")
+        } else {
+            String::new()
+        },
+        if bad == 0 && unrecorded == 0 {
             " — the entry reproduces"
         } else {
             ""
         }
     );
     Ok(if bad == 0 { EXIT_OK } else { EXIT_STAGE_FAILED })
+}
+
+/// A rerun that cannot start (an image or engine missing, a pipeline that no longer loads)
+/// says which entry could not be verified before the cause.
+fn cannot_rerun(f: Fail, entry_path: &Path, pipeline_file: &str) -> Fail {
+    Fail {
+        code: f.code,
+        msg: format!(
+            "error: cannot verify {}: its pipeline {pipeline_file} cannot run here\n  caused by: {}",
+            entry_path.display(),
+            f.msg.trim_start_matches("error: ")
+        ),
+    }
 }
 
 pub async fn refresh(entry_path: &Path, rr: &Rerun<'_>) -> Result<i32, Fail> {
@@ -399,7 +449,10 @@ pub async fn refresh(entry_path: &Path, rr: &Rerun<'_>) -> Result<i32, Fail> {
                 match tables.iter().find(|t| t.src == src) {
                     Some(t) => {
                         b.body = t.markdown.clone();
-                        b.attrs = vec![("src".into(), src), ("sha256".into(), t.digest.clone())];
+                        let mut attrs =
+                            vec![("src".into(), src), ("sha256".into(), t.digest.clone())];
+                        attrs.extend(b.authored_attrs());
+                        b.attrs = attrs;
                     }
                     None => missing.push(src),
                 }

@@ -44,9 +44,19 @@ cargo test --workspace --release 2>&1 | tee target/cargo-test.log
 echo "== pytest (stage scripts)"
 "$venv/bin/pytest" -q tests/python
 
-# The logbook's entries must reproduce. Tolerances match the tables' printed precision.
+# The logbook's entries must reproduce, every number to the digits the entry printed (or within
+# the tolerance a block states). An entry whose pipeline needs an image this machine does not have
+# (the DFC) cannot be rerun here: verify says so and exits 2; that is reported, not hidden.
 echo "== logbook entries"
 for entry in logbook/*.md; do
-  ./target/release/heddle logbook verify "$entry" --rtol 1e-3 --atol 1e-3 > target/logbook-verify.log
-  tail -n 3 target/logbook-verify.log
+  log="target/logbook-verify-$(basename "$entry" .md).log"
+  rc=0
+  ./target/release/heddle logbook verify "$entry" > "$log" 2> "$log.err" || rc=$?
+  if [[ $rc -eq 2 ]] && grep -q "is not present in the Docker Engine" "$log.err"; then
+    echo "$entry: NOT VERIFIED here: $(grep -o 'image [^ ]* is not present in the Docker Engine' "$log.err" | head -n 1)"
+    continue
+  fi
+  tail -n 3 "$log"
+  cat "$log.err" >&2
+  [[ $rc -eq 0 ]] || { echo "$entry does not reproduce (exit $rc); see $log" >&2; exit 1; }
 done

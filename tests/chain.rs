@@ -583,7 +583,7 @@ fn dfc_test_double_run() {
     assert_eq!(trace[0]["kwargs"]["hw_arch"], "hailo10h");
     assert_eq!(
         trace[1]["kwargs"],
-        serde_json::json!({"net_name": "mezo", "start_node_names": ["conv1"], "end_node_names": ["conv2"],
+        serde_json::json!({"net_name": "mezo", "start_node_names": ["input"], "end_node_names": ["conv2"],
                            "net_input_shapes": {"input": [1, 256, 16, 16]}})
     );
     assert_eq!(trace[3]["kwargs"]["har"], "/heddle/in/har/model.har");

@@ -2,7 +2,9 @@
 
 mod support;
 
-use support::Project;
+use heddle_report::compare::parse_number;
+use heddle_report::entry::Entry;
+use support::{repo_root, Project};
 
 /// A report stage over a matrix, one instance of which fails (allowed) unless `data/fix` exists.
 fn project() -> Project {
@@ -124,8 +126,9 @@ fn an_entry_made_from_a_run_verifies_and_an_edited_number_fails_by_name() {
     p.file("logbook/e.md", &edited);
     let v = p.heddle(&["logbook", "verify", "logbook/e.md"]).code(1);
     assert!(
-        v.stdout
-            .contains("DIFF  table#md row \"k=2\" col \"value\": entry 7.5 | now 7.25"),
+        v.stdout.contains(
+            "DIFF  table#md row \"k=2\" col \"value\": entry 7.5 | now 7.25 (allowed ±0.05)"
+        ),
         "{}",
         v.stdout
     );
@@ -138,6 +141,332 @@ fn an_entry_made_from_a_run_verifies_and_an_edited_number_fails_by_name() {
         "{refreshed}"
     );
     p.heddle(&["logbook", "verify", "logbook/e.md"]).ok();
+}
+
+/// What verify prints, in full: the rule, every value with both sides, a difference with what
+/// was allowed, the failures, the count. An edit within the printed digits is no edit; one
+/// beyond them is named.
+#[test]
+fn verify_prints_every_value_the_rule_and_each_difference_exactly() {
+    let p = project();
+    p.run("p.toml", &[]).ok();
+    p.heddle(&["logbook", "new", "-o", "e.md"]).ok();
+    let entry = p.read("e.md");
+    let v = p.heddle(&["logbook", "verify", "e.md"]).ok();
+    assert_eq!(
+        v.stdout,
+        "== verify e.md run 1/1 (from the cache)\n\
+         table table#md: numbers must agree to the digits the entry printed (half a unit in the last printed place)\n\
+         ok    table#md row \"k=1\" col \"value\": 5.25 | 5.25\n\
+         ok    table#md row \"k=1\" col \"ratio\": 1.5x | 1.5x\n\
+         ok    table#md row \"k=2\" col \"value\": 7.25 | 7.25\n\
+         ok    table#md row \"k=2\" col \"ratio\": 1.5x | 1.5x\n\
+         ok    failure gen[k=3]: FAILED ValueError reproduced\n\
+         verify: 5 values reproduced, 0 differ — the entry reproduces\n"
+    );
+
+    // 1.5x printed to one decimal: 1.54 is the same number, 1.6 is not.
+    p.file(
+        "e.md",
+        &entry.replace("| k=1 | 5.25 | 1.5x |", "| k=1 | 5.25 | 1.54x |"),
+    );
+    let v = p.heddle(&["logbook", "verify", "e.md"]).code(1);
+    assert!(
+        v.stdout.contains(
+            "DIFF  table#md row \"k=1\" col \"ratio\": entry 1.54x | now 1.5x (allowed ±0.005)"
+        ),
+        "the entry's own digits set the allowance: {}",
+        v.stdout
+    );
+    p.file(
+        "e.md",
+        &entry.replace("| k=2 | 7.25 | 1.5x |", "| k=2 | 7.25 | 1.6x |"),
+    );
+    let v = p.heddle(&["logbook", "verify", "e.md"]).code(1);
+    assert_eq!(
+        v.stdout,
+        "== verify e.md run 1/1 (from the cache)\n\
+         table table#md: numbers must agree to the digits the entry printed (half a unit in the last printed place)\n\
+         ok    table#md row \"k=1\" col \"value\": 5.25 | 5.25\n\
+         ok    table#md row \"k=1\" col \"ratio\": 1.5x | 1.5x\n\
+         ok    table#md row \"k=2\" col \"value\": 7.25 | 7.25\n\
+         DIFF  table#md row \"k=2\" col \"ratio\": entry 1.6x | now 1.5x (allowed ±0.05)\n\
+         ok    failure gen[k=3]: FAILED ValueError reproduced\n\
+         verify: 4 values reproduced, 1 differ\n"
+    );
+
+    // A tolerance the entry states on the block replaces the printed digits...
+    let stated = entry
+        .replace("| k=2 | 7.25 | 1.5x |", "| k=2 | 7.25 | 1.6x |")
+        .replace("src=table#md ", "src=table#md rtol=0.1 ");
+    p.file("e.md", &stated);
+    let v = p.heddle(&["logbook", "verify", "e.md"]).ok();
+    assert!(
+        v.stdout
+            .contains("table table#md: numbers must agree within rtol 0.1 atol 0\n")
+            && v.stdout
+                .contains("ok    table#md row \"k=2\" col \"ratio\": 1.6x | 1.5x\n"),
+        "{}",
+        v.stdout
+    );
+    // ...and survives a refresh, which rewrites only what heddle derives.
+    p.heddle(&["logbook", "refresh", "e.md"]).ok();
+    assert!(
+        p.read("e.md").contains("rtol=0.1 -->"),
+        "{}",
+        p.read("e.md")
+    );
+    // One on the command line overrides both.
+    p.file("e.md", &stated);
+    let v = p
+        .heddle(&["logbook", "verify", "e.md", "--atol", "0.01"])
+        .code(1);
+    assert!(
+        v.stdout.contains("DIFF  table#md row \"k=2\" col \"ratio\": entry 1.6x | now 1.5x (allowed rtol 0 atol 0.01)"),
+        "{}",
+        v.stdout
+    );
+    // A stated tolerance that is not a number is a user error.
+    p.file(
+        "e.md",
+        &entry.replace("src=table#md ", "src=table#md rtol=loose "),
+    );
+    let v = p.heddle(&["logbook", "verify", "e.md"]).code(2);
+    assert_eq!(
+        v.stderr.trim_end(),
+        "error: e.md: block `table#md`: rtol=loose is not a tolerance (a non-negative number, e.g. rtol=0.01)"
+    );
+}
+
+/// An entry whose pipeline needs an image this machine does not have cannot be verified here:
+/// verify says which image, and exits 2 (a user error: load the image), never "differ".
+#[test]
+fn an_entry_whose_image_is_absent_says_so_and_exits_2() {
+    let p = Project::new();
+    p.file(
+        "p.toml",
+        "[pipeline]\nname = \"needs-image\"\n[stages.table]\nimage = \"heddle-test/absent:never\"\nreport = true\nrun = \"echo '| a | b |' > {{ out.md }}\"\noutputs = { md = \"t.md\" }\n",
+    )
+    .file(
+        "e.md",
+        "---\nheddle-entry: 1\npipeline: needs-image\npipeline_file: p.toml\nparams: {}\n---\n<!-- heddle:begin table src=table#md -->\n| a | 1.0 |\n<!-- heddle:end table -->\n",
+    );
+    let v = p.heddle(&["logbook", "verify", "e.md"]).code(2);
+    assert!(
+        v.stderr.starts_with(
+            "error: cannot verify e.md: its pipeline p.toml cannot run here\n  caused by: "
+        ),
+        "{}",
+        v.stderr
+    );
+    if std::process::Command::new("docker")
+        .args(["info"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        assert!(
+            v.stderr
+                .contains("image heddle-test/absent:never is not present in the Docker Engine"),
+            "{}",
+            v.stderr
+        );
+    }
+    assert!(!v.stdout.contains("differ"), "{}", v.stdout);
+}
+
+/// A stand-in project whose report stages print the committed entry's table blocks verbatim (the
+/// real pipeline's rerun is what tests/all.sh verifies; here the question is only whether
+/// verify notices an edit), and the entry pointed at it. Failure blocks are emptied: the
+/// stand-in fails nothing.
+fn stand_in_for(entry_rel: &str) -> Option<(Project, Entry)> {
+    let text = std::fs::read_to_string(repo_root().join(entry_rel)).unwrap();
+    let mut e = Entry::parse(&text).unwrap_or_else(|err| panic!("{entry_rel}: {err}"));
+    let p = Project::new();
+    let mut toml = String::from("[pipeline]\nname = \"stand-in\"\n");
+    let mut any = false;
+    for (i, b) in e.blocks().enumerate() {
+        if b.kind != "table" {
+            continue;
+        }
+        let (label, output) = b.src().unwrap().split_once('#').unwrap();
+        assert!(
+            !label.contains('['),
+            "{entry_rel}: a matrix src needs a richer stand-in"
+        );
+        p.file(&format!("tables/{i}.md"), &b.body);
+        toml.push_str(&format!(
+            "[stages.{label}]\nreport = true\ninputs = {{ t = {{ path = \"tables/{i}.md\" }} }}\nrun = \"cp {{{{ in.t }}}} {{{{ out.{output} }}}}\"\noutputs = {{ {output} = \"{output}.md\" }}\n"
+        ));
+        any = true;
+    }
+    if !any {
+        return None;
+    }
+    p.file("p.toml", &toml);
+    e.front.insert("pipeline_file".into(), "p.toml".into());
+    e.front.insert("params".into(), "{}".into());
+    for b in e.blocks_mut() {
+        if b.kind == "failures" {
+            b.body = "none\n".into();
+        }
+    }
+    p.file("e.md", &e.render());
+    Some((p, e))
+}
+
+/// The smallest nonzero number of each Markdown table in a block body (row keys excluded), as
+/// (line index, cell index, text).
+fn smallest_per_table(body: &str) -> Vec<(usize, usize, String)> {
+    let mut out = Vec::new();
+    let mut best: Option<(f64, usize, usize, String)> = None;
+    for (n, line) in body.lines().chain(std::iter::once("")).enumerate() {
+        if !line.trim_start().starts_with('|') {
+            if let Some((_, l, c, t)) = best.take() {
+                out.push((l, c, t));
+            }
+            continue;
+        }
+        let cells: Vec<&str> = line
+            .trim()
+            .trim_matches('|')
+            .split('|')
+            .map(str::trim)
+            .collect();
+        for (c, cell) in cells.iter().enumerate().skip(1) {
+            if let Some(v) = parse_number(cell).filter(|v| *v != 0.0) {
+                if best.as_ref().is_none_or(|b| v.abs() < b.0) {
+                    best = Some((v.abs(), n, c, cell.to_string()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The printed number `text` made 3 % larger, printed the same way (sign, decimals, exponent,
+/// thousands separators, unit); at least one unit in the last place larger.
+fn three_percent_more(text: &str) -> String {
+    let (body, unit) = match text.strip_suffix('%').or_else(|| text.strip_suffix('x')) {
+        Some(b) => (b, &text[b.len()..]),
+        None => (text, ""),
+    };
+    let (plus, body) = match body.strip_prefix('+') {
+        Some(b) => ("+", b),
+        None => ("", body),
+    };
+    let (mantissa, exponent) = match body.find(['e', 'E']) {
+        Some(i) => (&body[..i], &body[i..]),
+        None => (body, ""),
+    };
+    let commas = mantissa.contains(',');
+    let m: f64 = mantissa.replace(',', "").parse().unwrap();
+    let decimals = mantissa.split_once('.').map_or(0, |(_, f)| f.len());
+    let step = 10f64.powi(-(decimals as i32));
+    let mut new = m * 1.03;
+    if format!("{new:.decimals$}") == format!("{m:.decimals$}") {
+        new = m + step.copysign(m);
+    }
+    let mut digits = format!("{new:.decimals$}");
+    if commas {
+        let (int, frac) = digits
+            .split_once('.')
+            .map_or((digits.as_str(), None), |(a, b)| (a, Some(b)));
+        let grouped: Vec<String> = int
+            .as_bytes()
+            .rchunks(3)
+            .rev()
+            .map(|c| String::from_utf8(c.to_vec()).unwrap())
+            .collect();
+        digits = grouped.join(",") + &frac.map(|f| format!(".{f}")).unwrap_or_default();
+    }
+    format!("{plus}{digits}{exponent}{unit}")
+}
+
+#[test]
+fn edit_helpers() {
+    assert_eq!(three_percent_more("2.0000e-03"), "2.0600e-03");
+    assert_eq!(three_percent_more("1.0x"), "1.1x");
+    assert_eq!(three_percent_more("+0.073"), "+0.075");
+    assert_eq!(three_percent_more("-0.033"), "-0.034");
+    assert_eq!(three_percent_more("75,134x"), "77,388x");
+    assert_eq!(three_percent_more("43.8%"), "45.1%");
+    let t = smallest_per_table("# t\n\n| a | b | c |\n| --- | --- | --- |\n| 1 | 0.5 | 2 |\n| 0.1 | 0.7 | 0 |\n\ntext 0.001\n| k | v |\n| --- | --- |\n| x | 9 |\n");
+    assert_eq!(t, vec![(4, 1, "0.5".to_string()), (10, 1, "9".to_string())]);
+}
+
+/// Every committed entry: unedited, its tables verify against themselves; the smallest number of
+/// each of its tables, edited by a few percent, fails verify by name. Also the edit the loose
+/// `--atol 1e-3` let through: a start loss of 2.0000e-03 written as 2.9000e-03.
+#[test]
+fn an_edit_of_a_few_percent_to_any_table_of_a_committed_entry_fails_verify() {
+    let mut entries: Vec<_> = std::fs::read_dir(repo_root().join("logbook"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".md"))
+        .collect();
+    entries.sort();
+    assert!(!entries.is_empty());
+    let mut edits = 0;
+    for name in &entries {
+        let Some((p, e)) = stand_in_for(&format!("logbook/{name}")) else {
+            continue;
+        };
+        p.run("p.toml", &[]).ok();
+        let v = p.heddle(&["logbook", "verify", "e.md"]).ok();
+        assert!(v.stdout.contains(" 0 differ"), "{name}: {}", v.stdout);
+        let clean = e.clone();
+        for (bi, b) in clean.blocks().enumerate() {
+            if b.kind != "table" {
+                continue;
+            }
+            for (line, cell, text) in smallest_per_table(&b.body) {
+                let edited_text = three_percent_more(&text);
+                let mut edited = clean.clone();
+                let target = edited.blocks_mut().nth(bi).unwrap();
+                let mut lines: Vec<String> = target.body.lines().map(str::to_string).collect();
+                let mut cells: Vec<String> = lines[line]
+                    .trim()
+                    .trim_matches('|')
+                    .split('|')
+                    .map(|c| c.trim().to_string())
+                    .collect();
+                assert_eq!(cells[cell], text);
+                cells[cell] = edited_text.clone();
+                lines[line] = format!("| {} |", cells.join(" | "));
+                target.body = lines.join("\n") + "\n";
+                p.file("e.md", &edited.render());
+                let v = p.heddle(&["logbook", "verify", "e.md"]).code(1);
+                let diffs: Vec<&str> = v.stdout.lines().filter(|l| l.starts_with("DIFF")).collect();
+                assert_eq!(
+                    diffs.len(),
+                    1,
+                    "{name}: {text} -> {edited_text}: {}",
+                    v.stdout
+                );
+                assert!(
+                    diffs[0].contains(&format!(": entry {edited_text} | now {text} (allowed ±")),
+                    "{name}: {}",
+                    diffs[0]
+                );
+                eprintln!("{name}: {text} -> {edited_text}: {}", diffs[0]);
+                edits += 1;
+            }
+        }
+        // The edit of the issue, where the entry prints a start loss of 2.0000e-03.
+        let body = clean.render();
+        if let Some(i) = body.find("| 2.0000e-03 |") {
+            let edited = format!("{}| 2.9000e-03 |{}", &body[..i], &body[i + 14..]);
+            p.file("e.md", &edited);
+            let v = p.heddle(&["logbook", "verify", "e.md"]).code(1);
+            assert!(
+                v.stdout
+                    .contains(": entry 2.9000e-03 | now 2.0000e-03 (allowed ±0.00005e-03)"),
+                "{}",
+                v.stdout
+            );
+        }
+    }
+    assert!(edits >= 6, "only {edits} tables edited");
 }
 
 #[test]

@@ -17,6 +17,8 @@ use std::collections::BTreeMap;
 
 use heddle_runner::record::{RunRecord, Status};
 
+use crate::compare::Tolerance;
+
 /// A marked block: its kind (`table`, `failures`, `provenance`), attributes and body.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Block {
@@ -28,10 +30,48 @@ pub struct Block {
 
 impl Block {
     pub fn src(&self) -> Option<&str> {
+        self.attr("src")
+    }
+
+    fn attr(&self, key: &str) -> Option<&str> {
         self.attrs
             .iter()
-            .find(|(k, _)| k == "src")
+            .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// The tolerance the entry states for this block (`rtol=0.02 atol=1e-6` on its begin
+    /// marker), if any; a block without one is judged to the digits it printed.
+    pub fn stated_tolerance(&self) -> Result<Option<Tolerance>, EntryError> {
+        let num = |key: &str| -> Result<Option<f64>, EntryError> {
+            self.attr(key)
+                .map(|v| {
+                    v.parse::<f64>()
+                        .ok()
+                        .filter(|x| x.is_finite() && *x >= 0.0)
+                        .ok_or_else(|| EntryError::BadTolerance {
+                            block: self.src().unwrap_or(&self.kind).to_string(),
+                            key: key.into(),
+                            value: v.into(),
+                        })
+                })
+                .transpose()
+        };
+        let (rtol, atol) = (num("rtol")?, num("atol")?);
+        Ok((rtol.is_some() || atol.is_some()).then(|| Tolerance {
+            rtol: rtol.unwrap_or(0.0),
+            atol: atol.unwrap_or(0.0),
+        }))
+    }
+
+    /// Attributes the author wrote besides the ones heddle derives from a run (`src`, `sha256`):
+    /// kept when a refresh rewrites the block.
+    pub fn authored_attrs(&self) -> Vec<(String, String)> {
+        self.attrs
+            .iter()
+            .filter(|(k, _)| k != "src" && k != "sha256")
+            .cloned()
+            .collect()
     }
 }
 
@@ -54,6 +94,12 @@ pub enum EntryError {
     Syntax { line: usize, message: String },
     #[error("the entry has no heddle front matter (a `---` block with `heddle-entry: 1`)")]
     NoFrontMatter,
+    #[error("block `{block}`: {key}={value} is not a tolerance (a non-negative number, e.g. {key}=0.01)")]
+    BadTolerance {
+        block: String,
+        key: String,
+        value: String,
+    },
 }
 
 const BEGIN: &str = "<!-- heddle:begin ";
@@ -277,6 +323,30 @@ mod tests {
         assert_eq!(b[0].src(), Some("compare#table"));
         assert_eq!(b[0].body, "| a | b |\n| - | - |\n| 1 | 2 |\n");
         assert_eq!(e.render(), TEXT);
+    }
+
+    #[test]
+    fn a_block_may_state_its_tolerance() {
+        let t = "---\nheddle-entry: 1\n---\n<!-- heddle:begin table src=a#b rtol=0.02 -->\n| 1 |\n<!-- heddle:end table -->\n<!-- heddle:begin table src=c#d atol=x -->\n| 1 |\n<!-- heddle:end table -->\n";
+        let e = Entry::parse(t).unwrap();
+        let b: Vec<_> = e.blocks().collect();
+        assert_eq!(
+            b[0].stated_tolerance(),
+            Ok(Some(Tolerance {
+                rtol: 0.02,
+                atol: 0.0
+            }))
+        );
+        assert_eq!(
+            b[0].authored_attrs(),
+            vec![("rtol".to_string(), "0.02".to_string())]
+        );
+        assert_eq!(
+            b[1].stated_tolerance().unwrap_err().to_string(),
+            "block `c#d`: atol=x is not a tolerance (a non-negative number, e.g. atol=0.01)"
+        );
+        let plain = Entry::parse(TEXT).unwrap();
+        assert_eq!(plain.blocks().next().unwrap().stated_tolerance(), Ok(None));
     }
 
     #[test]

@@ -16,6 +16,7 @@ import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STAGES = os.path.join(ROOT, "stages")
+HELPERS = os.path.join(STAGES, "lib", "heddle_stage.py")
 
 
 def text(v):
@@ -46,9 +47,13 @@ def run_stage(uses, label, outdir, inputs=None, with_=None, python=None, extra_e
     if missing:
         raise ValueError(f"{uses}: params without value: {missing}")
     os.makedirs(outdir, exist_ok=True)
+    inputs = dict(inputs or {})
+    # Every pipeline binds the shared helpers file to `helpers`; so does this harness.
+    if "helpers" in spec.get("inputs", {}) and "helpers" not in inputs:
+        inputs["helpers"] = HELPERS
     env = {"stage.dir": d}
     env.update({f"params.{k}": v for k, v in params.items()})
-    for k, v in (inputs or {}).items():
+    for k, v in inputs.items():
         env[f"in.{k}"] = v
         env[f"in.{k}.dir"] = v
     outs = {}

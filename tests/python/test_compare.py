@@ -56,3 +56,23 @@ def test_ratio_format():
     assert compare.fmt_ratio(16.04) == "16.0x"
     assert compare.fmt_ratio(1234.0) == "1,234x"
     assert compare.fmt_ratio(0.004) == "0.004x"
+
+
+def test_entry_protocol_says_the_start_loss_is_equal_by_construction(tmp_path):
+    members = []
+    for ctx in ["SDK_BIT_EXACT", "SDK_QUANTIZED"]:
+        path = probe_json(tmp_path / f"{ctx}.json", ctx)
+        d = json.load(open(path))
+        d["params"]["protocol"] = "entry"
+        json.dump(d, open(path, "w"))
+        members.append(({"precision": "a16_w16", "context": ctx}, {"label": ctx, "status": "ok"}, str(path)))
+    g = gather(str(tmp_path / "g"), members)
+    st, outs, p = run_stage("mezo/compare", "compare", str(tmp_path / "out"),
+                            inputs={"probes": g, "device": str(tmp_path / "absent")},
+                            with_={"context_order": ["SDK_QUANTIZED", "SDK_BIT_EXACT"]}, python=sys.executable)
+    assert st["status"] == "ok", p.stderr
+    md = open(outs["table"]).read()
+    assert "every context's start loss is the same number by construction" in md
+    assert "| eps | SDK_QUANTIZED sign | r | ratio | SDK_BIT_EXACT sign | r | ratio |" in md
+    assert "Start loss equal in every context (by construction); unperturbed outputs bit-identical across contexts." in md
+    assert "Contexts agree on the start loss" not in md

@@ -8,7 +8,8 @@ import pytest
 
 from direct import ROOT
 
-PIPES = sorted(glob.glob(os.path.join(ROOT, "pipelines", "mezo-*.toml")))
+PIPES = sorted(glob.glob(os.path.join(ROOT, "pipelines", "mezo-*.toml"))
+               + glob.glob(os.path.join(ROOT, "pipelines", "entry-*.toml")))
 
 
 def load(p):
@@ -42,6 +43,9 @@ def test_pipeline_binds_definitions(path):
             assert "default" in v or k in s.get("with", {}), f"{name}: param {k} unset"
         for k, ref in s.get("inputs", {}).items():
             assert k in d.get("inputs", {}), f"{name}: input {k}"
+            if isinstance(ref, dict):  # a file of the project, e.g. the shared helpers
+                assert os.path.isfile(os.path.join(ROOT, ref["path"])), f"{name}: input {k}: {ref}"
+                continue
             st, out = ref.split(".")
             st = st.split("[")[0]
             assert st in stages, ref

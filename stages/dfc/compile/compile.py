@@ -7,32 +7,19 @@ An SDK exception is written as {class, message} to $HEDDLE_ERROR_FILE.
 """
 import argparse
 import hashlib
+import importlib.util
 import json
-import os
 import sys
-import tempfile
 import traceback
 
 
-def ensure_writable_home():
-    """Containers run as the invoking uid, whose HOME (often /root or /) may not be writable, and heddle drops a
-    stage's HOME var inside containers; SDKs that write under ~ would fail. Point HOME at a private temp folder
-    when it is not writable (before the SDK is imported)."""
-    home = os.environ.get("HOME") or os.path.expanduser("~")
-    if not (os.path.isdir(home) and os.access(home, os.W_OK)):
-        os.environ["HOME"] = tempfile.mkdtemp(prefix="home-")
+def load_helpers(path):
+    """stages/lib/heddle_stage.py, bound as this stage's `helpers` input (until definitions can include files)."""
+    spec = importlib.util.spec_from_file_location("heddle_stage", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
-
-def sdk_identity():
-    """Which hailo_sdk_client ran: version, and the TEST DOUBLE marker when it is tests/images/dfc-double's fake
-    (the real SDK has no such attribute). Goes into the report, so an output made with the double says so."""
-    import hailo_sdk_client as sdk
-    ident = {"module": "hailo_sdk_client", "version": getattr(sdk, "__version__", None),
-             "test_double": getattr(sdk, "TEST_DOUBLE", None)}
-    if ident["test_double"]:
-        print(f"[heddle] {ident['test_double']}: hailo_sdk_client is the TEST DOUBLE (tests/images/dfc-double); "
-              "outputs check the call sequence only", file=sys.stderr)
-    return ident
 
 
 def main(argv=None):
@@ -42,9 +29,11 @@ def main(argv=None):
     ap.add_argument("--out-hef", required=True)
     ap.add_argument("--out-har", required=True)
     ap.add_argument("--out-report", required=True)
+    ap.add_argument("--helpers", required=True, help="stages/lib/heddle_stage.py")
     a = ap.parse_args(argv)
+    hs = load_helpers(a.helpers)
     try:
-        ensure_writable_home()
+        hs.ensure_writable_home()
         from hailo_sdk_client import ClientRunner
         runner = ClientRunner(hw_arch=a.hw_arch, har=a.har)
         hef = runner.compile()
@@ -52,13 +41,10 @@ def main(argv=None):
             f.write(hef)
         runner.save_har(a.out_har)
     except Exception as e:
-        path = os.environ.get("HEDDLE_ERROR_FILE")
-        if path:
-            with open(path, "w") as f:
-                json.dump({"class": type(e).__name__, "message": str(e)}, f)
+        hs.record_error(e)
         traceback.print_exc()
         sys.exit(1)
-    rep = {"sdk": sdk_identity(), "hw_arch": a.hw_arch, "hef_bytes": len(hef),
+    rep = {"sdk": hs.sdk_identity(), "hw_arch": a.hw_arch, "hef_bytes": len(hef),
            "hef_sha256": hashlib.sha256(hef).hexdigest()}
     with open(a.out_report, "w") as f:
         json.dump(rep, f, indent=2)

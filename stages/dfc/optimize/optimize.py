@@ -9,15 +9,25 @@ load_model_script(text) with
 then optimize(calib) with calib = {HN input-layer name: float32 NHWC (N, H, W, C)} — names and per-sample shape read
 from the runner's HN, not from the ONNX — then save_har.
 
-The DFC silently drops to optimisation level 0 without a usable GPU or with too little calibration data. This
-stage captures everything the SDK prints during optimize() (file-descriptor level, so the SDK's own log handlers
-are caught), parses the level actually used ("Using default optimization level of N", "Reducing optimization level
-to N ...") and the calibration entry count ("Using dataset with N entries for calibration"), records both in its
-report, and FAILS (class DegradedOptimization) when the level used is not the level asked for — so a degraded
-quantisation is never cached under the requested level. An exception inside the SDK is recorded with its class and
-message in $HEDDLE_ERROR_FILE. Untested against the real DFC until someone runs it there.
+The model script is either "full" (the three lines above) or "precision-only" (quantization_param alone, as the
+logbook entry ran it: the DFC then picks its default level and calibration size and says which in its log).
+
+The DFC silently drops to optimisation level 0 without a usable GPU or with too little calibration data, and the
+optimiser picks a GPU only while it uses under about 5 % of its memory unless CUDA_VISIBLE_DEVICES is set — so this
+stage sets CUDA_VISIBLE_DEVICES explicitly (param cuda_devices) before the SDK is imported. It captures everything the
+SDK prints during optimize() (file-descriptor level, so the SDK's own log handlers are caught) and reads:
+  * the level actually used ("Using default optimization level of N", "Reducing optimization level to N ...");
+  * the calibration entry count ("Using dataset with N entries for calibration");
+  * every "... skipped" line and the GPU fallback ("No GPU chosen and no suitable GPU found, falling back to CPU");
+  * at a used level >= 2, the positive line "Quantization-Aware Fine-Tuning ... done" — the absence of a reduction
+    line is not evidence that the level ran.
+It records all of it in its report and FAILS (class DegradedOptimization) when the level used is not the level asked
+for, or when level >= 2 was used without Quantization-Aware Fine-Tuning completing — so a degraded quantisation is
+never cached under the requested level. An exception inside the SDK is recorded with its class and message in
+$HEDDLE_ERROR_FILE. Untested against the real DFC until someone runs it there.
 """
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -30,11 +40,12 @@ class DegradedOptimization(RuntimeError):
     pass
 
 
-def record_error(exc):
-    path = os.environ.get("HEDDLE_ERROR_FILE")
-    if path:
-        with open(path, "w") as f:
-            json.dump({"class": type(exc).__name__, "message": str(exc)}, f)
+def load_helpers(path):
+    """stages/lib/heddle_stage.py, bound as this stage's `helpers` input (until definitions can include files)."""
+    spec = importlib.util.spec_from_file_location("heddle_stage", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 class CaptureFds:
@@ -64,31 +75,15 @@ class CaptureFds:
         return False
 
 
-def ensure_writable_home():
-    """Containers run as the invoking uid, whose HOME (often /root or /) may not be writable, and heddle drops a
-    stage's HOME var inside containers; SDKs that write under ~ would fail. Point HOME at a private temp folder
-    when it is not writable (before the SDK is imported)."""
-    home = os.environ.get("HOME") or os.path.expanduser("~")
-    if not (os.path.isdir(home) and os.access(home, os.W_OK)):
-        os.environ["HOME"] = tempfile.mkdtemp(prefix="home-")
-
-
-def sdk_identity():
-    """Which hailo_sdk_client ran: version, and the TEST DOUBLE marker when it is tests/images/dfc-double's fake
-    (the real SDK has no such attribute). Goes into the report, so an output made with the double says so."""
-    import hailo_sdk_client as sdk
-    ident = {"module": "hailo_sdk_client", "version": getattr(sdk, "__version__", None),
-             "test_double": getattr(sdk, "TEST_DOUBLE", None)}
-    if ident["test_double"]:
-        print(f"[heddle] {ident['test_double']}: hailo_sdk_client is the TEST DOUBLE (tests/images/dfc-double); "
-              "outputs check the call sequence only", file=sys.stderr)
-    return ident
+QAFT = "Quantization-Aware Fine-Tuning"
 
 
 def parse_sdk_log(text, requested):
-    """-> dict(level_used, level_evidence, calib_entries, lines). Level used = the last reduction line if any,
-    else the default-level line if any, else the requested level (no reduction reported)."""
-    lines = [ln for ln in text.splitlines() if re.search(r"optimization level|entries for calibration|GPU", ln, re.I)]
+    """-> dict(level_used, level_evidence, calib_entries, qaft_done, skipped, gpu_fallback, log_lines). Level used =
+    the last reduction line if any, else the default-level line if any, else the requested level (no reduction
+    reported); `requested` None means the script set no level (the DFC's default applies)."""
+    lines = [ln for ln in text.splitlines()
+             if re.search(r"optimization level|entries for|GPU|skipped|Fine-Tuning", ln, re.I)]
     used, evidence = requested, "no 'Reducing optimization level' line in the SDK log"
     m = re.findall(r"Using default optimization level of (-?\d+)", text)
     if m:
@@ -99,23 +94,48 @@ def parse_sdk_log(text, requested):
         evidence = re.findall(r"[^\n]*Reducing optimization level to -?\d+[^\n]*", text)[-1].strip()
     m = re.findall(r"Using dataset with (\d+) entries for calibration", text)
     entries = int(m[-1]) if m else None
-    return {"level_used": used, "level_evidence": evidence, "calib_entries": entries, "log_lines": lines}
+    skipped = [re.sub(r"^\[\w+\]\s*", "", ln).strip() for ln in text.splitlines() if re.search(r"\bskipped\b", ln)]
+    gpu = [ln.strip() for ln in text.splitlines() if re.search(r"No GPU chosen.*falling back to CPU", ln)]
+    qaft_done = bool(re.search(QAFT + r"[^\n]*\bdone\b", text))
+    return {"level_used": used, "level_evidence": evidence, "calib_entries": entries, "qaft_done": qaft_done,
+            "skipped": skipped, "gpu_fallback": gpu[-1] if gpu else None, "log_lines": lines}
 
 
-def model_script(precision, level, compression, batch_size, calibset_size):
-    return "\n".join([
-        f"quantization_param({{*}}, precision_mode={precision})",
-        f"model_optimization_flavor(optimization_level={level}, compression_level={compression})",
-        f"model_optimization_config(calibration, batch_size={batch_size}, calibset_size={calibset_size})",
-    ]) + "\n"
+def degraded(info, requested):
+    """Why the quantisation is not what was asked for, or None."""
+    if requested is not None and info["level_used"] != requested:
+        return (f"optimisation level {info['level_used']} used, {requested} asked ({info['level_evidence']}); "
+                f"calibration entries {info['calib_entries']}"
+                + (f"; {info['gpu_fallback']}" if info["gpu_fallback"] else ""))
+    if info["level_used"] is not None and info["level_used"] >= 2 and not info["qaft_done"]:
+        why = next((s for s in info["skipped"] if QAFT in s), f"no '{QAFT} ... done' line in the SDK log")
+        return (f"optimisation level {info['level_used']} reported but {QAFT} did not run ({why})"
+                + (f"; {info['gpu_fallback']}" if info["gpu_fallback"] else ""))
+    return None
 
 
-def optimize(har, calib_path, hw_arch, precision, level, compression, batch_size, calibset_size, out_har):
+def model_script(precision, level, compression, batch_size, calibset_size, mode="full"):
+    lines = [f"quantization_param({{*}}, precision_mode={precision})"]
+    if mode == "full":
+        lines += [f"model_optimization_flavor(optimization_level={level}, compression_level={compression})",
+                  f"model_optimization_config(calibration, batch_size={batch_size}, calibset_size={calibset_size})"]
+    elif mode != "precision-only":
+        raise ValueError(f"model script mode {mode!r}: expected full or precision-only")
+    return "\n".join(lines) + "\n"
+
+
+def optimize(hs, har, calib_path, hw_arch, precision, level, compression, batch_size, calibset_size, out_har,
+             mode="full", cuda_devices="0"):
     import numpy as np
-    ensure_writable_home()
+    # The optimiser passes over a GPU that already uses ~5 % of its memory unless this is set; set it explicitly
+    # (before the SDK is imported), and record what it was.
+    cuda_before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cuda_devices != "":
+        os.environ["CUDA_VISIBLE_DEVICES"] = cuda_devices
+    hs.ensure_writable_home()
     from hailo_sdk_client import ClientRunner
     runner = ClientRunner(hw_arch=hw_arch, har=har)
-    script = model_script(precision, level, compression, batch_size, calibset_size)
+    script = model_script(precision, level, compression, batch_size, calibset_size, mode)
     runner.load_model_script(script)
     hn = runner.get_hn_dict()
     names = [k for k, v in hn["layers"].items() if v.get("type") == "input_layer"]
@@ -129,16 +149,22 @@ def optimize(har, calib_path, hw_arch, precision, level, compression, batch_size
         raise ValueError(f"calibration per-sample shape {list(calib.shape[1:])} != HN input shape {want} (NHWC)")
     with CaptureFds() as cap:
         runner.optimize({names[0]: calib})
-    info = parse_sdk_log(cap.text, level)
-    report = {"sdk": sdk_identity(), "hw_arch": hw_arch, "precision": precision, "optimization_level_requested": level,
-              "optimization_level_used": info["level_used"], "level_evidence": info["level_evidence"],
+    # A precision-only script asks for the DFC's default level; the entry's "full optimisation level" is 2.
+    requested = level
+    info = parse_sdk_log(cap.text, requested)
+    report = {"sdk": hs.sdk_identity(), "hw_arch": hw_arch, "precision": precision, "model_script_mode": mode,
+              "optimization_level_requested": requested, "optimization_level_used": info["level_used"],
+              "level_evidence": info["level_evidence"], "qaft_done": info["qaft_done"],
+              "skipped": info["skipped"], "gpu_fallback": info["gpu_fallback"],
+              "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+              "cuda_visible_devices_before": cuda_before,
               "calibration_entries": info["calib_entries"], "calibration_given": int(calib.shape[0]),
               "calibration_layout": "float32 NHWC keyed by HN input name", "hn_input_layer": names[0],
-              "compression_level": compression, "model_script": script, "sdk_log_lines": info["log_lines"]}
-    if info["level_used"] != level:
-        raise DegradedOptimization(
-            f"optimisation level {info['level_used']} used, {level} asked ({info['level_evidence']}); "
-            f"calibration entries {info['calib_entries']}")
+              "compression_level": compression if mode == "full" else None, "model_script": script,
+              "sdk_log_lines": info["log_lines"]}
+    why = degraded(info, requested)
+    if why:
+        raise DegradedOptimization(why)
     runner.save_har(out_har)
     return report
 
@@ -153,20 +179,24 @@ def main(argv=None):
     ap.add_argument("--compression", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--calibset-size", type=int, default=1024)
+    ap.add_argument("--model-script", default="full", choices=["full", "precision-only"])
+    ap.add_argument("--cuda-visible-devices", default="0", help="set before the SDK loads; '' leaves it as it is")
+    ap.add_argument("--helpers", required=True, help="stages/lib/heddle_stage.py")
     ap.add_argument("--out-har", required=True)
     ap.add_argument("--out-report", required=True)
     a = ap.parse_args(argv)
+    hs = load_helpers(a.helpers)
     try:
-        rep = optimize(a.har, a.calib, a.hw_arch, a.precision, a.level, a.compression, a.batch_size,
-                       a.calibset_size, a.out_har)
+        rep = optimize(hs, a.har, a.calib, a.hw_arch, a.precision, a.level, a.compression, a.batch_size,
+                       a.calibset_size, a.out_har, a.model_script, a.cuda_visible_devices)
     except Exception as e:
-        record_error(e)
+        hs.record_error(e)
         traceback.print_exc()
         sys.exit(1)
     with open(a.out_report, "w") as f:
         json.dump(rep, f, indent=2)
     print(json.dumps({k: rep[k] for k in ("precision", "optimization_level_requested", "optimization_level_used",
-                                          "calibration_entries")}), file=sys.stderr)
+                                          "qaft_done", "calibration_entries")}), file=sys.stderr)
 
 
 if __name__ == "__main__":

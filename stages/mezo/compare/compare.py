@@ -114,7 +114,21 @@ def fmt_r(x):
     return "–" if x is None else f"{x:+.3f}"
 
 
-def render(members, title):
+ENTRY_NOTE = ("start loss: under the entry protocol each context's target is its own unperturbed output plus one "
+              "shared noise, so every context's start loss is the same number by construction and says nothing about "
+              "whether the contexts agree; max abs diff vs float at t0 measures that directly.")
+
+
+def protocol_of(m):
+    return ((m.get("probe") or {}).get("params") or {}).get("protocol", "lora")
+
+
+def context_key(order):
+    return lambda m: (order.index(m["context"]) if m["context"] in order else len(order), m["context"])
+
+
+def render(members, title, context_order=()):
+    context_order = list(context_order)
     ok = [m for m in members if m["status"] == "ok"]
     bad = [m for m in members if m["status"] != "ok"]
     precisions = sorted({m["precision"] for m in members}, key=prec_key)
@@ -129,9 +143,12 @@ def render(members, title):
     lines.append("sign: agreement between the context's zeroth-order estimate and the float one on the same z; "
                  "r: Pearson correlation over the draws; ratio: median |g_context| / median |g_float|.")
     lines.append("")
+    if any(protocol_of(m) == "entry" for m in ok):
+        lines.append(ENTRY_NOTE)
+        lines.append("")
     agreement = {}
     for p in precisions:
-        runs = sorted([m for m in ok if m["precision"] == p], key=lambda m: m["context"])
+        runs = sorted([m for m in ok if m["precision"] == p], key=context_key(context_order))
         if not runs:
             continue
         lines.append(f"## {p}" if p else "## (no precision)")
@@ -161,7 +178,11 @@ def render(members, title):
         same5 = len({f"{s:.4e}" for s in starts}) == 1
         exact = len({m["probe"].get("start_output_digest") for m in runs}) == 1
         agreement[p] = {"agree_5_figures": same5, "identical_outputs": exact, "contexts": [m["context"] for m in runs]}
-        if len(runs) > 1:
+        if len(runs) > 1 and all(protocol_of(m) == "entry" for m in runs):
+            lines.append("")
+            lines.append(f"Start loss {'equal' if same5 else 'NOT equal'} in every context (by construction); "
+                         f"unperturbed outputs {'bit-identical' if exact else 'differ'} across contexts.")
+        elif len(runs) > 1:
             lines.append("")
             lines.append(f"Contexts {'agree' if same5 else 'DISAGREE'} on the start loss to five figures; "
                          f"unperturbed outputs {'bit-identical' if exact else 'differ'}.")
@@ -210,9 +231,10 @@ def main(argv=None):
     ap.add_argument("--out-csv", required=True)
     ap.add_argument("--out-json", required=True)
     ap.add_argument("--out-plots", help="heddle plots file (heddle report draws it)")
+    ap.add_argument("--context-order", default="[]", help="JSON list: contexts in this order, the rest by name")
     a = ap.parse_args(argv)
     members = collect(a.probes_dir)
-    md, agreement, failures = render(members, a.title)
+    md, agreement, failures = render(members, a.title, json.loads(a.context_order))
     with open(a.out_md, "w") as f:
         f.write(md)
     with open(a.out_csv, "w", newline="") as f:

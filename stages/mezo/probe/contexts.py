@@ -52,6 +52,10 @@ class OrtContext(Context):
         so.optimized_model_filepath = opt_path
         self.sess = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
         self.input_name = self.sess.get_inputs()[0].name
+        # A model authored with a fixed batch (the entry's x is [1, 256, 1, 1]) is run frame by frame, as authored,
+        # rather than rewritten to take a batch.
+        first = self.sess.get_inputs()[0].shape[0]
+        self.fixed_batch = first if isinstance(first, int) and first > 0 else None
         ops = []
         try:
             import onnx
@@ -60,14 +64,22 @@ class OrtContext(Context):
             ops = [f"unavailable: {type(e).__name__}: {e}"]
         self._info = {"onnxruntime": ort.__version__, "graph_optimization_level": str(so.graph_optimization_level),
                       "executed_ops": ops, "integer_kernels": sorted({o for o in ops if o.startswith("QLinear")}),
-                      "threads": int(threads)}
+                      "threads": int(threads), "fixed_batch": self.fixed_batch}
 
     @property
     def info(self):
         return self._info
 
     def forward(self, x):
-        y = self.sess.run(None, {self.input_name: np.ascontiguousarray(x.transpose(0, 3, 1, 2))})[0]
+        x = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+        if self.fixed_batch and x.shape[0] != self.fixed_batch:
+            b = self.fixed_batch
+            if x.shape[0] % b:
+                raise ValueError(f"{x.shape[0]} inputs for a model with fixed batch {b}")
+            y = np.concatenate([self.sess.run(None, {self.input_name: x[i:i + b]})[0]
+                                for i in range(0, x.shape[0], b)])
+        else:
+            y = self.sess.run(None, {self.input_name: x})[0]
         return np.ascontiguousarray(y.transpose(0, 2, 3, 1))
 
 
@@ -83,16 +95,11 @@ def hn_input_layers(runner):
 class DfcContext(Context):
     """DFC emulator context; documented API, untested on the real DFC until run there."""
 
-    def __init__(self, har, name, hw_arch):
-        home = os.environ.get("HOME") or os.path.expanduser("~")
-        if not (os.path.isdir(home) and os.access(home, os.W_OK)):
-            # containers run as the invoking uid; the SDK may write under ~ (see dfc/translate)
-            os.environ["HOME"] = tempfile.mkdtemp(prefix="home-")
-        import hailo_sdk_client as sdk
+    def __init__(self, har, name, hw_arch, helpers):
+        helpers.ensure_writable_home()  # before the SDK is imported: it may write under ~
         from hailo_sdk_client import ClientRunner, InferenceContext
-        # TEST DOUBLE marker: set only by tests/images/dfc-double's fake SDK; recorded so its numbers are labelled.
-        self.sdk = {"module": "hailo_sdk_client", "version": getattr(sdk, "__version__", None),
-                    "test_double": getattr(sdk, "TEST_DOUBLE", None)}
+        # Names the TEST DOUBLE when tests/images/dfc-double's fake SDK ran, so its numbers are labelled.
+        self.sdk = helpers.sdk_identity()
         if name not in DFC_CONTEXTS:
             raise ValueError(f"unknown dfc context {name!r}; known: {', '.join(DFC_CONTEXTS)}")
         self.name = name
@@ -146,7 +153,8 @@ class DfcContext(Context):
         return np.asarray(out, dtype=np.float32).reshape(x.shape[0], *np.asarray(out).shape[1:])
 
 
-def make_context(backend, name, *, quant=None, float_model=None, weights=None, hw_arch="hailo10h", threads=1):
+def make_context(backend, name, *, quant=None, float_model=None, weights=None, hw_arch="hailo10h", threads=1,
+                 helpers=None):
     if name == "NUMPY_FLOAT":
         if not weights:
             raise ValueError("NUMPY_FLOAT needs --weights")
@@ -159,5 +167,5 @@ def make_context(backend, name, *, quant=None, float_model=None, weights=None, h
     if backend == "dfc":
         if not quant:
             raise ValueError(f"context {name} needs the quantised HAR")
-        return DfcContext(quant, name, hw_arch)
+        return DfcContext(quant, name, hw_arch, helpers)
     raise ValueError(f"unknown backend {backend!r} (ort, dfc; the device context lives in stages/hailo/infer)")

@@ -43,9 +43,11 @@ class NumpyFloatContext(Context):
     def __init__(self, weights):
         w = np.load(weights) if isinstance(weights, str) else weights
         self.w1 = w["w1"][:, :, 0, 0].T.astype(np.float32)  # (C0, C1)
-        self.b1 = w["b1"].astype(np.float32)
         self.w2 = w["w2"][:, :, 0, 0].T.astype(np.float32)  # (C1, C2)
-        self.b2 = w["b2"].astype(np.float32)
+        # A graph without biases (the entry's) stores none.
+        names = set(getattr(w, "files", None) or w.keys())
+        self.b1 = w["b1"].astype(np.float32) if "b1" in names else np.zeros(self.w1.shape[1], np.float32)
+        self.b2 = w["b2"].astype(np.float32) if "b2" in names else np.zeros(self.w2.shape[1], np.float32)
 
     def forward(self, x):
         h = np.maximum(x @ self.w1 + self.b1, np.float32(0))

@@ -6,6 +6,10 @@ reference on the same z (maths in mezo.py, contexts in contexts.py). Writes one 
 float), per eps sign agreement / Pearson r / ratio of median |g| (context over float) and the raw g arrays.
 Deterministic for a fixed seed: nothing time- or host-dependent enters the JSON (timings go to stderr).
 
+--protocol entry runs the logbook entry's own protocol instead (entry_protocol.py: perturbed inputs, each context's
+target its own output plus one shared noise, unit-norm z, both signs in one call per eps); the JSON has the same
+shape, with params.protocol saying which ran.
+
 An exception anywhere (including inside a vendor SDK) is written as {"class", "message"} to $HEDDLE_ERROR_FILE
 and re-raised, so the status record carries e.g. "InferenceError: graph execution error at ...".
 """
@@ -26,14 +30,13 @@ import numpy as np  # noqa: E402
 import mezo  # noqa: E402
 
 
-def record_error(exc):
-    path = os.environ.get("HEDDLE_ERROR_FILE")
-    if path:
-        try:
-            with open(path, "w") as f:
-                json.dump({"class": type(exc).__name__, "message": str(exc)}, f)
-        except OSError:
-            pass
+def load_helpers(path):
+    """stages/lib/heddle_stage.py, bound as this stage's `helpers` input (until definitions can include files)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("heddle_stage", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _clean(v):
@@ -62,7 +65,54 @@ def common_args(ap):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--target-loss", type=float, default=2e-3, help="mean-square offset of the target")
     ap.add_argument("--chunk", type=int, default=8, help="parameter points per forward call")
+    ap.add_argument("--protocol", default="lora", choices=["lora", "entry"])
+    ap.add_argument("--samples", type=int, default=64, help="entry protocol: rows of X = randn(samples, H, W, C)")
+    ap.add_argument("--noise", type=float, default=0.10, help="entry protocol: noise = randn * std(float y) * this")
     ap.add_argument("--out", required=True)
+
+
+def run_entry_probe(args, ctx_factory, float_factory, meta, sample_shape):
+    """The logbook entry's protocol (entry_protocol.py); same JSON shape as run_probe."""
+    import entry_protocol
+    t = time.monotonic()
+    r = entry_protocol.run(ctx_factory, float_factory, sample_shape, args.samples, args.draws, parse_eps(args.eps),
+                           args.seed, args.noise)
+    print(f"[probe] entry protocol: {r['fctx'].name} and {r['ctx'].name} in {time.monotonic() - t:.1f}s",
+          file=sys.stderr)
+    y0, y0_float = r["y0"], r["y0_float"]
+    result = {
+        "kind": "mezo-probe",
+        "instance": os.environ.get("HEDDLE_INSTANCE", ""),
+        **meta,
+        "context": r["ctx"].name,
+        "float_ref": r["fctx"].name,
+        "params": {"protocol": "entry", "draws": args.draws, "eps": parse_eps(args.eps), "samples": args.samples,
+                   "seed": args.seed, "noise": args.noise},
+        "sample_shape": list(sample_shape),
+        "outputs_per_sample": int(np.prod(y0.shape[1:])),
+        # Each context's target is its own y0 plus the same noise: these two are equal by construction.
+        "start_loss": float(r["start_loss"]),
+        "start_loss_float": float(r["start_loss_float"]),
+        "start_loss_by_construction": True,
+        "float_output_std": r["float_output_std"],
+        "noise_std": r["noise_std"],
+        "start_output_max_abs_diff_vs_float": float(np.max(np.abs(y0.astype(np.float64) - y0_float))),
+        "start_output_digest": _digest(y0),
+        "context_info": r["ctx"].info,
+        "float_ref_info": r["fctx"].info,
+        "rows": r["rows"],
+    }
+    _write(args.out, result)
+    return result
+
+
+def _write(path, result):
+    with open(path, "w") as f:
+        json.dump(_clean(result), f, indent=1, sort_keys=True)
+        f.write("\n")
+    for r in result["rows"]:
+        print(f"[probe] eps={r['eps']:.0e} sign={r['sign']:.1%} r={r['r']:+.3f} ratio={r['ratio']:.3g}x",
+              file=sys.stderr)
 
 
 def run_probe(args, ctx_factory, float_factory, meta):
@@ -70,6 +120,8 @@ def run_probe(args, ctx_factory, float_factory, meta):
     calib = np.load(args.calib, mmap_mode="r")
     if calib.ndim != 4:
         raise ValueError(f"calibration set must be (N,H,W,C) NHWC, got shape {calib.shape}")
+    if getattr(args, "protocol", "lora") == "entry":
+        return run_entry_probe(args, ctx_factory, float_factory, meta, tuple(calib.shape[1:]))
     plan = mezo.Plan(calib, args.batch, args.rank, args.draws, parse_eps(args.eps), args.seed)
     t = time.monotonic()
     fctx = float_factory()
@@ -97,7 +149,7 @@ def run_probe(args, ctx_factory, float_factory, meta):
         **meta,
         "context": ctx.name,
         "float_ref": fctx.name,
-        "params": {"rank": args.rank, "draws": args.draws, "eps": plan.eps, "batch": args.batch,
+        "params": {"protocol": "lora", "rank": args.rank, "draws": args.draws, "eps": plan.eps, "batch": args.batch,
                    "seed": args.seed, "target_loss": args.target_loss, "chunk": args.chunk},
         "sample_index": plan.sample_index,
         "outputs_per_sample": int(np.prod(y0.shape[1:])),
@@ -109,12 +161,7 @@ def run_probe(args, ctx_factory, float_factory, meta):
         "float_ref_info": fctx.info,
         "rows": rows,
     }
-    with open(args.out, "w") as f:
-        json.dump(_clean(result), f, indent=1, sort_keys=True)
-        f.write("\n")
-    for r in rows:
-        print(f"[probe] eps={r['eps']:.0e} sign={r['sign']:.1%} r={r['r']:+.3f} ratio={r['ratio']:.3g}x",
-              file=sys.stderr)
+    _write(args.out, result)
     return result
 
 
@@ -133,20 +180,23 @@ def main(argv=None):
     ap.add_argument("--weights", help="weights.npz from onnx/author (NUMPY_FLOAT)")
     ap.add_argument("--hw-arch", default="hailo10h")
     ap.add_argument("--threads", type=int, default=1, help="ORT intra-op threads (1 keeps sums in one order)")
+    ap.add_argument("--helpers", required=True, help="stages/lib/heddle_stage.py")
     common_args(ap)
     a = ap.parse_args(argv)
+    hs = load_helpers(a.helpers)
     from contexts import make_context
     fref = a.float_ref
     if fref in ("", "auto"):
         fref = {"ort": "ORT_FLOAT", "dfc": "SDK_NATIVE"}[a.backend]
-    kw = dict(quant=a.quant, float_model=a.float_model, weights=a.weights, hw_arch=a.hw_arch, threads=a.threads)
+    kw = dict(quant=a.quant, float_model=a.float_model, weights=a.weights, hw_arch=a.hw_arch, threads=a.threads,
+              helpers=hs)
     try:
         run_probe(a, lambda: make_context(a.backend, a.context, **kw),
                   lambda: make_context(a.backend, fref, **kw), {"backend": a.backend})
     except BaseException as e:
         if isinstance(e, (SystemExit, KeyboardInterrupt)):
             raise
-        record_error(e)
+        hs.record_error(e)
         traceback.print_exc()
         sys.exit(1)
 

@@ -4,9 +4,18 @@
 machine-specific NCHWc layout ops), saved as an ONNX file, plus a report of the op types it runs."""
 import argparse
 import json
-import os
 import sys
 import traceback
+
+
+
+def load_helpers(path):
+    """stages/lib/heddle_stage.py, bound as this stage's `helpers` input (until definitions can include files)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("heddle_stage", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def main(argv=None):
@@ -14,7 +23,9 @@ def main(argv=None):
     ap.add_argument("--model", required=True)
     ap.add_argument("--out-model", required=True)
     ap.add_argument("--out-report", required=True)
+    ap.add_argument("--helpers", required=True, help="stages/lib/heddle_stage.py")
     a = ap.parse_args(argv)
+    hs = load_helpers(a.helpers)
     try:
         import onnx
         import onnxruntime as ort
@@ -25,10 +36,7 @@ def main(argv=None):
         ort.InferenceSession(a.model, so, providers=["CPUExecutionProvider"])
         ops = [n.op_type for n in onnx.load(a.out_model).graph.node]
     except Exception as e:
-        path = os.environ.get("HEDDLE_ERROR_FILE")
-        if path:
-            with open(path, "w") as f:
-                json.dump({"class": type(e).__name__, "message": str(e)}, f)
+        hs.record_error(e)
         traceback.print_exc()
         sys.exit(1)
     rep = {"optimization_level": "ORT_ENABLE_EXTENDED", "ops": ops,

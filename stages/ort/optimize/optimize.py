@@ -11,7 +11,6 @@ and is transposed to NCHW for the ONNX model. Any exception is recorded as {clas
 """
 import argparse
 import json
-import os
 import sys
 import traceback
 
@@ -20,11 +19,13 @@ import numpy as np
 PRECISIONS = {"a8_w8": ("QUInt8", "QInt8"), "a16_w16": ("QUInt16", "QInt16"), "a16_w4": ("QUInt16", "QInt4")}
 
 
-def record_error(exc):
-    path = os.environ.get("HEDDLE_ERROR_FILE")
-    if path:
-        with open(path, "w") as f:
-            json.dump({"class": type(exc).__name__, "message": str(exc)}, f)
+def load_helpers(path):
+    """stages/lib/heddle_stage.py, bound as this stage's `helpers` input (until definitions can include files)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("heddle_stage", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def quantize(model, calib_path, out, precision, samples, batch, per_channel, method):
@@ -37,7 +38,12 @@ def quantize(model, calib_path, out, precision, samples, batch, per_channel, met
     act, wt = PRECISIONS[precision]
     calib = np.load(calib_path, mmap_mode="r")
     n = calib.shape[0] if samples <= 0 else min(samples, calib.shape[0])
-    input_name = onnx.load(model, load_external_data=False).graph.input[0].name
+    graph_input = onnx.load(model, load_external_data=False).graph.input[0]
+    input_name = graph_input.name
+    # A model authored with a fixed batch (the logbook entry's x is [1, 256, 1, 1]) takes that many rows per call.
+    first = graph_input.type.tensor_type.shape.dim[0]
+    if first.HasField("dim_value") and first.dim_value > 0:
+        batch = int(first.dim_value)
 
     class Reader(CalibrationDataReader):
         def __init__(self):
@@ -57,7 +63,7 @@ def quantize(model, calib_path, out, precision, samples, batch, per_channel, met
     ops = [nd.op_type for nd in q.graph.node]
     types = sorted({onnx.TensorProto.DataType.Name(i.data_type) for i in q.graph.initializer})
     return {"precision": precision, "activation_type": act, "weight_type": wt, "format": "QDQ",
-            "per_channel": per_channel, "calibrate_method": method, "calibration_entries": int(n),
+            "per_channel": per_channel, "calibrate_method": method, "calibration_entries": int(n), "calibration_batch": int(batch),
             "calibration_layout": "NHWC float32 (transposed to NCHW for ONNX)",
             "opset": [o.version for o in q.opset_import if o.domain in ("", "ai.onnx")],
             "ops": ops, "initializer_types": types, "onnxruntime": onnxruntime.__version__}
@@ -74,12 +80,14 @@ def main(argv=None):
     ap.add_argument("--method", default="MinMax")
     ap.add_argument("--out-model", required=True)
     ap.add_argument("--out-report", required=True)
+    ap.add_argument("--helpers", required=True, help="stages/lib/heddle_stage.py")
     a = ap.parse_args(argv)
+    hs = load_helpers(a.helpers)
     try:
         rep = quantize(a.model, a.calib, a.out_model, a.precision, a.samples, a.batch,
                        a.per_channel.lower() in ("1", "true", "yes"), a.method)
     except Exception as e:
-        record_error(e)
+        hs.record_error(e)
         traceback.print_exc()
         sys.exit(1)
     with open(a.out_report, "w") as f:

@@ -39,14 +39,17 @@ fi
 
 ctx="$(mktemp -d)"
 trap 'rm -rf "$ctx"' EXIT
-cp -r "$here/hailo_sdk_client" "$here/hailo_platform" "$ctx/"
+cp -r "$here/hailo_sdk_client" "$here/hailo_platform" "$here/bin" "$ctx/"
 find "$ctx" -name __pycache__ -prune -exec rm -rf {} +
 cat > "$ctx/Dockerfile" <<DOCKERFILE
 FROM $base
 LABEL heddle.test-double="TEST DOUBLE - not the Hailo SDK" org.opencontainers.image.title="dfc-double"
 COPY hailo_sdk_client /opt/dfc-double/hailo_sdk_client
 COPY hailo_platform /opt/dfc-double/hailo_platform
-ENV PYTHONPATH=/opt/dfc-double PYTHONDONTWRITEBYTECODE=1 HAILO_DOUBLE_ASSUME_GPU=1
+COPY bin /opt/dfc-double/bin
+# A GPU that already drives a display: the optimiser passes over it unless CUDA_VISIBLE_DEVICES is set.
+ENV PYTHONPATH=/opt/dfc-double PYTHONDONTWRITEBYTECODE=1 HAILO_DOUBLE_ASSUME_GPU=1 HAILO_DOUBLE_GPU_BUSY=1 \
+    PATH=/opt/dfc-double/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 RUN python3 -c "import hailo_sdk_client, numpy; print(hailo_sdk_client.__doc__.splitlines()[0], numpy.__version__)"
 DOCKERFILE
 docker build -q -t "$image" "$ctx"

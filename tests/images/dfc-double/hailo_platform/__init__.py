@@ -1,8 +1,14 @@
 """TEST DOUBLE — not HailoRT. A numpy-only stand-in for `hailo_platform`'s InferModel API, for checking that
 hailo/infer calls it in the documented order: VDevice() -> create_infer_model(hef) -> input/output
 set_format_type(FLOAT32) BEFORE configure() -> create_bindings(output_buffers=...) -> input(name).set_buffer ->
-run([bindings], timeout) -> output(name).get_buffer(). Reads only HEFs written by the hailo_sdk_client double.
-Calls are appended to $HAILO_DOUBLE_TRACE (JSON lines) when set. Numbers mean nothing."""
+wait_for_async_ready() -> run_async([bindings]) -> job.wait() -> output(name).get_buffer(). Reads only HEFs written by
+the hailo_sdk_client double. Calls are appended to $HAILO_DOUBLE_TRACE (JSON lines) when set. Numbers mean nothing.
+
+The async queue, as on the local runner: get_async_queue_size() frames ($HAILO_DOUBLE_QUEUE_SIZE, default 2) may be
+in flight; a job leaves the queue when it is waited for or when wait_for_async_ready() makes room (the device
+finishing the oldest frame); one more run_async — or a run() over more bindings than the queue holds — raises
+HailoRTException("HAILO_QUEUE_IS_FULL"). Jobs never finish on their own here, as if the device were slower than
+the host, so a caller that does not wait is caught."""
 import contextlib
 import json
 import os
@@ -10,7 +16,8 @@ import os
 import numpy as np
 
 TEST_DOUBLE = "TEST DOUBLE — not HailoRT"
-__version__ = "0.0.0+testdouble"
+# Matches the version the hailortcli double prints, as a real wheel must match its HailoRT.
+__version__ = os.environ.get("HAILO_DOUBLE_PLATFORM_VERSION", "5.2.0")
 TRACE = []
 
 
@@ -103,21 +110,70 @@ class _Bindings:
         return _O()
 
 
+class _Job:
+    def __init__(self, cim, bindings):
+        self._cim, self._bindings, self.done = cim, bindings, False
+
+    def _finish(self):
+        if not self.done:
+            from hailo_sdk_client import pseudo_forward
+            h = self._cim._m._hef
+            for b in self._bindings:
+                y = pseudo_forward(h["onnx_sha256"], b._in[None], h["precision_mode"])[0]
+                b._outs[self._cim._m._out.name][...] = y
+            self.done = True
+            self._cim._in_flight.remove(self)
+
+    def wait(self, timeout_ms):
+        _rec("job.wait", timeout_ms=timeout_ms)
+        self._finish()
+
+
 class _Configured:
     def __init__(self, model):
         self._m = model
+        self._in_flight = []
+        self.queue_size = int(os.environ.get("HAILO_DOUBLE_QUEUE_SIZE", "2"))
 
     def create_bindings(self, output_buffers=None):
         _rec("create_bindings", output_buffers=sorted((output_buffers or {}).keys()))
         return _Bindings(self._m, output_buffers)
 
+    def get_async_queue_size(self):
+        _rec("get_async_queue_size")
+        return self.queue_size
+
+    def wait_for_async_ready(self, timeout_ms=1000, frames_count=1):
+        _rec("wait_for_async_ready", timeout_ms=timeout_ms, frames_count=frames_count)
+        if frames_count > self.queue_size:
+            raise HailoRTException(f"TEST DOUBLE: HAILO_INVALID_ARGUMENT: {frames_count} frames > queue size "
+                                   f"{self.queue_size}")
+        # The device finishes the oldest frames until there is room.
+        while len(self._in_flight) + frames_count > self.queue_size:
+            self._in_flight[0]._finish()
+
+    def run_async(self, bindings, callback=None):
+        _rec("run_async", n=len(bindings), in_flight=len(self._in_flight))
+        if len(self._in_flight) + 1 > self.queue_size:
+            raise HailoRTException(f"TEST DOUBLE: HAILO_QUEUE_IS_FULL: {len(self._in_flight)} jobs in flight, "
+                                   f"async queue size {self.queue_size}; call wait_for_async_ready first")
+        job = _Job(self, bindings)
+        self._in_flight.append(job)
+        return job
+
     def run(self, bindings, timeout):
+        """Submits one async job per binding, then waits: more bindings than the queue holds overflow it."""
         _rec("run", n=len(bindings), timeout=timeout)
-        from hailo_sdk_client import pseudo_forward
-        h = self._m._hef
+        jobs = []
         for b in bindings:
-            y = pseudo_forward(h["onnx_sha256"], b._in[None], h["precision_mode"])[0]
-            b._outs[self._m._out.name][...] = y
+            if len(self._in_flight) + 1 > self.queue_size:
+                raise HailoRTException(f"TEST DOUBLE: HAILO_QUEUE_IS_FULL: run() over {len(bindings)} bindings, "
+                                       f"async queue size {self.queue_size}")
+            job = _Job(self, [b])
+            self._in_flight.append(job)
+            jobs.append(job)
+        for j in jobs:
+            j._finish()
 
 
 class VDevice:

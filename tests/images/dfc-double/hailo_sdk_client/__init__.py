@@ -12,9 +12,18 @@ Emulated behaviour (from public reports, see docs/hailo-toolchain.md and the log
     "<net>/input_layer1" of input_shapes [[-1,H,W,C]] (channels-last).
   * load_model_script(text|path, append=False) understanding quantization_param(..., precision_mode=...),
     model_optimization_flavor(optimization_level=, compression_level=), model_optimization_config(calibration, ...).
+  * load_model_script rejects a command the model-script reference does not list (docs/hailo-toolchain.md §2),
+    as the real parser refuses what it does not know; the exception's real class is not public.
   * optimize(calib): calib must be float32 NHWC keyed by HN input names (KeyError otherwise); logs "Using default
-    optimization level of 2", "Using dataset with N entries for calibration" (N = min(calibset_size or 64, given)),
-    and "Reducing optimization level to 0 ..." when no GPU is assumed ($HAILO_DOUBLE_ASSUME_GPU != "1").
+    optimization level of 2" when the script sets none, "Using dataset with N entries for calibration"
+    (N = min(calibset_size or 64, given)), and per algorithm "Starting X" / "X is done (completion time is ...)" or
+    "X skipped". The GPU, as the optimiser picks it: $HAILO_DOUBLE_ASSUME_GPU=1 says one exists;
+    $HAILO_DOUBLE_GPU_BUSY=1 says it already uses more than ~5 % of its memory (a GPU driving a display), which the
+    optimiser passes over unless CUDA_VISIBLE_DEVICES is set — then it logs "No GPU chosen and no suitable GPU found,
+    falling back to CPU". Without a usable GPU a requested level > 0 is reduced to 0 ("Reducing optimization level
+    to 0 ..."). At level >= 2 Quantization-Aware Fine-Tuning runs ("Starting Quantization-Aware Fine-Tuning",
+    "Quantization-Aware Fine-Tuning is done ..."), otherwise it is "skipped"; $HAILO_DOUBLE_SKIP_QAFT=1 makes it
+    skipped at level 2 too, to test that a stage does not trust the level line alone.
     precision_mode=a16_w4 raises AttributeError("'function' object has no attribute 'set_wraparound_loss'").
   * infer_context(InferenceContext.X) context manager + infer(ctx, data); SDK_BIT_EXACT at a8_w8 raises
     InferenceError("graph execution error at conv2_1/act_op_1/pow"); SDK_HAILO_HW is not emulated.
@@ -47,6 +56,20 @@ if not _log.handlers:
 
 class InferenceError(Exception):
     """TEST DOUBLE — named after the logbook's error; its module in the real SDK is not known publicly."""
+
+
+class ModelScriptError(ValueError):
+    """TEST DOUBLE — the real SDK's class for an unknown model-script command is not known publicly."""
+
+
+# Model-script commands of the public reference (docs/hailo-toolchain.md §2, the model zoo's .alls files).
+MODEL_SCRIPT_COMMANDS = {
+    "normalization", "input_conversion", "resize", "transpose", "change_output_activation", "logits_layer",
+    "nms_postprocess", "remove_node", "set_seed", "reshape", "quantization_param", "model_optimization_flavor",
+    "model_optimization_config", "pre_quantization_optimization", "post_quantization_optimization",
+    "performance_param", "resources_param", "context_switch_param", "allocator_param", "compilation_param",
+    "buffers", "platform_param", "hef_param",
+}
 
 
 def _summ(v):
@@ -141,6 +164,12 @@ class ClientRunner:
             data = f.read()
         if not isinstance(net_input_shapes, dict) or len(net_input_shapes) != 1:
             raise ValueError("TEST DOUBLE needs net_input_shapes={onnx_input_name: [N, C, H, W]}")
+        # Every public caller keys net_input_shapes by the start node names (start_node_names=["images"],
+        # net_input_shapes={"images": [...]}); a shape keyed by another name describes no start node. The real
+        # DFC's reaction to a mismatch is not public; the double refuses it so a stage cannot pass one.
+        if start_node_names is not None and sorted(net_input_shapes) != sorted(start_node_names):
+            raise ValueError(f"TEST DOUBLE: net_input_shapes keys {sorted(net_input_shapes)} are not the start node "
+                             f"names {sorted(start_node_names)}; key each start node's shape by its own name")
         (in_name, shape), = net_input_shapes.items()
         if len(shape) != 4:
             raise ValueError(f"net_input_shapes[{in_name!r}] must be NCHW, got {shape}")
@@ -197,6 +226,8 @@ class ClientRunner:
             if not m:
                 raise ValueError(f"TEST DOUBLE: cannot parse model script line {line!r}")
             cmd, body = m.groups()
+            if cmd not in MODEL_SCRIPT_COMMANDS:
+                raise ModelScriptError(f"TEST DOUBLE: unknown model script command {cmd!r} in line {line!r}")
             kv = dict(re.findall(r"(\w+)\s*=\s*([\w.\-]+)", body))
             if cmd == "quantization_param":
                 pm = kv.get("precision_mode")
@@ -229,6 +260,11 @@ class ClientRunner:
         entries = min(self._m["calibset_size"] or 64, arr.shape[0])
         _log.info("Starting Model Optimization (TEST DOUBLE — not the Hailo SDK)")
         gpu = os.environ.get("HAILO_DOUBLE_ASSUME_GPU") == "1"
+        if gpu and os.environ.get("HAILO_DOUBLE_GPU_BUSY") == "1" and not os.environ.get("CUDA_VISIBLE_DEVICES"):
+            _log.warning("No GPU chosen and no suitable GPU found, falling back to CPU")
+            gpu = False
+        if os.environ.get("CUDA_VISIBLE_DEVICES") in ("99", "-1"):
+            gpu = False
         used = requested
         if requested > 0 and not gpu:
             used = 0
@@ -240,6 +276,14 @@ class ClientRunner:
                 _log.warning("Reducing optimization level to 0 (the accuracy won't be optimized and compression "
                              "won't be used) because there's no available GPU")
         _log.info(f"Using dataset with {entries} entries for calibration")
+        _log.info("Bias Correction skipped")
+        _log.info("Adaround skipped")
+        if used >= 2 and os.environ.get("HAILO_DOUBLE_SKIP_QAFT") != "1":
+            _log.info("Starting Quantization-Aware Fine-Tuning")
+            _log.info(f"Using dataset with {min(1024, arr.shape[0])} entries for finetune")
+            _log.info("Quantization-Aware Fine-Tuning is done (completion time is 00:00:00.01)")
+        else:
+            _log.info("Quantization-Aware Fine-Tuning skipped")
         if self._m["precision_mode"] == "a16_w4":
             raise AttributeError("'function' object has no attribute 'set_wraparound_loss'")
         _log.info("Model Optimization is done")

@@ -1,0 +1,58 @@
+"""heddle_stage — the helpers every python stage script shares (one file, not one copy per stage).
+
+How a stage gets it, until stage definitions can `include` shared files: the definition declares an input
+`helpers`, every pipeline binds it to this file (`helpers = { path = "stages/lib/heddle_stage.py" }`), and the script
+loads it from the path heddle renders for `{{ in.helpers }}` with `load(path)` below. Being an input, its bytes enter
+every cache key of every stage that uses it (a change here reruns them, and `heddle status` says `input helpers
+changed`), and heddle mounts it into containers like any input — the stage folder alone is all a container sees.
+
+Standard library only: it runs in the DFC image, on a Windows device host and in the ORT env alike.
+"""
+import json
+import os
+import sys
+import tempfile
+
+
+def record_error(exc):
+    """Write {class, message} to $HEDDLE_ERROR_FILE, so the status record carries e.g.
+    "AttributeError: 'function' object has no attribute 'set_wraparound_loss'" rather than an exit code."""
+    path = os.environ.get("HEDDLE_ERROR_FILE")
+    if path:
+        try:
+            with open(path, "w") as f:
+                json.dump({"class": type(exc).__name__, "message": str(exc)}, f)
+        except OSError:
+            pass
+
+
+def ensure_writable_home():
+    """Containers run as the invoking uid, whose HOME (often /root or /) may not be writable, and heddle drops a
+    stage's HOME var inside containers; SDKs that write under ~ would fail. Point HOME at a private temp folder
+    when it is not writable (call before the SDK is imported)."""
+    home = os.environ.get("HOME") or os.path.expanduser("~")
+    if not (os.path.isdir(home) and os.access(home, os.W_OK)):
+        os.environ["HOME"] = tempfile.mkdtemp(prefix="home-")
+
+
+def sdk_identity(module="hailo_sdk_client"):
+    """Which vendor module ran: version, and the TEST DOUBLE marker when it is tests/images/dfc-double's fake (the
+    real SDK has no such attribute). Goes into reports, so an output made with a double says so."""
+    import importlib
+    sdk = importlib.import_module(module)
+    ident = {"module": module, "version": getattr(sdk, "__version__", None),
+             "test_double": getattr(sdk, "TEST_DOUBLE", None)}
+    if ident["test_double"]:
+        print(f"[heddle] {ident['test_double']}: {module} is the TEST DOUBLE (tests/images/dfc-double); "
+              "outputs check the call sequence only", file=sys.stderr)
+    return ident
+
+
+def load(path):
+    """Import this file from a path (what a stage script does with `--helpers {{ in.helpers }}`)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("heddle_stage", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    sys.modules["heddle_stage"] = mod
+    return mod
