@@ -1051,3 +1051,56 @@ fn the_mixed_example_pipeline_runs() {
     let r = p.run("pipelines/mixed.toml", &[]).ok();
     assert!(r.stderr.contains("0 ran, 3 cached"), "{}", r.stderr);
 }
+
+/// A container stage (network none) whose output is a symlink to a host folder: the link
+/// target means the host's folder once heddle reads the sandbox, so it must not be followed.
+#[test]
+fn a_container_symlink_output_reaches_no_host_file() {
+    let Some((_d, _gc)) = docker("a_container_symlink_output_reaches_no_host_file") else {
+        return;
+    };
+    let p = Project::new();
+    let secret_dir = p.path("host-private");
+    std::fs::create_dir_all(&secret_dir).unwrap();
+    std::fs::write(secret_dir.join("key"), "private").unwrap();
+    p.file(
+        "p.toml",
+        &format!(
+            r#"
+[pipeline]
+name = "clink"
+[stages.file]
+image = "{BUSYBOX}"
+run = "ln -s {dir}/key {{{{ out.o }}}}"
+outputs = {{ o = "o.txt" }}
+[stages.folder]
+image = "{BUSYBOX}"
+run = "ln -s {dir} {{{{ out.d }}}}"
+outputs = {{ d = "d" }}
+[stages.inside]
+image = "{BUSYBOX}"
+run = "mkdir {{{{ out.d }}}} && ln -s /etc {{{{ out.d }}}}/etc"
+outputs = {{ d = "d" }}
+"#,
+            dir = secret_dir.display()
+        ),
+    );
+    p.run("p.toml", &["--keep-going"]).code(1);
+    let rec = last(&p);
+    for label in ["file", "folder", "inside"] {
+        let s = &instance(&rec, label)["status"];
+        assert_eq!(s["error_class"], "UnsafeOutput", "{label}: {s}");
+    }
+    assert!(!p.path("out/clink/folder/d").exists());
+    assert!(!p.path("out/clink/file/o.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(secret_dir.join("key")).unwrap(),
+        "private"
+    );
+    let verify = p.heddle(&["cache", "verify"]).ok();
+    assert!(
+        verify.stdout.contains("cache is clean"),
+        "{}",
+        verify.stdout
+    );
+}

@@ -224,3 +224,150 @@ outputs = { o = "o.txt" }
         runs.stdout
     );
 }
+
+/// A tmpfs of `size` mounted at `at` for the test's lifetime (root only; `None` elsewhere).
+#[cfg(target_os = "linux")]
+struct Tmpfs(std::path::PathBuf);
+
+#[cfg(target_os = "linux")]
+impl Tmpfs {
+    fn mount(at: &std::path::Path, size: &str) -> Option<Tmpfs> {
+        fs::create_dir_all(at).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            assert!(
+                std::env::var_os("HEDDLE_REQUIRE_ROOT").is_none(),
+                "HEDDLE_REQUIRE_ROOT=1 but cannot mount a tmpfs at {}",
+                at.display()
+            );
+            eprintln!("SKIPPED: cannot mount a tmpfs (not root?)");
+            return None;
+        }
+        Some(Tmpfs(at.to_path_buf()))
+    }
+    fn resize(&self, size: &str) {
+        let s = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.0)
+            .status()
+            .unwrap();
+        assert!(s.success());
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// `out/` on a full disk: the error says "No space left on device" and names the file being
+/// written; the cache stays consistent and the next run, with space, completes.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_out_disk_says_so_and_the_next_run_completes() {
+    let p = Project::new();
+    let Some(out) = Tmpfs::mount(&p.path("out"), "256k") else {
+        return;
+    };
+    p.file(
+        "p.toml",
+        r#"
+[pipeline]
+name = "full"
+[stages.big]
+run = "head -c 1000000 /dev/zero > {{ out.o }}"
+outputs = { o = "o.bin" }
+"#,
+    );
+    let r = p.run("p.toml", &[]).code(1);
+    let rec = p.last_record();
+    let err = instance(&rec, "big")["status"]["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("No space left on device"),
+        "{err}\n{}",
+        r.stderr
+    );
+    assert!(
+        err.contains("/out/full/big/"),
+        "names the file being written: {err}"
+    );
+    p.heddle(&["cache", "verify"]).ok();
+    out.resize("8m");
+    p.run("p.toml", &[]).ok();
+    assert_eq!(
+        fs::metadata(p.path("out/full/big/o.bin")).unwrap().len(),
+        1_000_000
+    );
+    let verify = p.heddle(&["cache", "verify"]).ok();
+    assert!(
+        verify.stdout.contains("cache is clean"),
+        "{}",
+        verify.stdout
+    );
+}
+
+/// The cache on a full disk (a stage fills it): the run fails with the stage's own reason, the
+/// cache is consistent, and the next run with space completes.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_cache_disk_leaves_the_cache_consistent() {
+    let p = Project::new();
+    let Some(cache) = Tmpfs::mount(&p.cache, "512k") else {
+        return;
+    };
+    p.file(
+        "p.toml",
+        r#"
+[pipeline]
+name = "fullc"
+[stages.small]
+run = "echo ok > {{ out.o }}"
+outputs = { o = "o.txt" }
+[stages.big]
+inputs = { s = "small.o" }
+run = "head -c 2000000 /dev/zero > {{ out.o }}"
+outputs = { o = "o.bin" }
+"#,
+    );
+    let r = p.run("p.toml", &["--keep-going"]).code(1);
+    let rec = p.last_record();
+    let tail = instance(&rec, "big")["status"]["stderr_tail"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        tail.contains("No space left on device"),
+        "{tail}\n{}",
+        r.stderr
+    );
+    p.heddle(&["cache", "verify"]).ok();
+    cache.resize("16m");
+    let r = p.run("p.toml", &[]).ok();
+    assert!(
+        r.stderr.contains("cached") || r.stderr.contains("done"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        fs::metadata(p.path("out/fullc/big/o.bin")).unwrap().len(),
+        2_000_000
+    );
+    let verify = p.heddle(&["cache", "verify"]).ok();
+    assert!(
+        verify.stdout.contains("cache is clean"),
+        "{}",
+        verify.stdout
+    );
+}
