@@ -371,3 +371,64 @@ outputs = { o = "o.bin" }
         verify.stdout
     );
 }
+
+/// A blob whose bytes rotted but kept its mtime: never fed to a stage, never the base of a
+/// stored result; the run says which blob, and the next run recomputes it.
+#[test]
+fn a_rotted_blob_is_never_fed_and_the_next_run_recomputes_it() {
+    let p = Project::new();
+    p.file(
+        "p.toml",
+        r#"
+[pipeline]
+name = "rot"
+[params]
+n = 1
+[stages.a]
+run = "echo payload > {{ out.o }}"
+outputs = { o = "o.txt" }
+[stages.b]
+inputs = { x = "a.o" }
+run = "cat {{ in.x }} > {{ out.o }}; echo {{ params.n }} >> {{ out.o }}"
+outputs = { o = "o.txt" }
+"#,
+    );
+    p.run("p.toml", &[]).ok();
+    // The blob of "payload\n", edited in place with its mtime put back.
+    let blob = find_blob(&p.cache, b"payload\n");
+    let mtime = fs::metadata(&blob).unwrap().modified().unwrap();
+    fs::write(&blob, "poisond\n").unwrap();
+    fs::File::options()
+        .write(true)
+        .open(&blob)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+
+    let r = p.run("p.toml", &["--set", "n=2"]).code(1);
+    assert!(
+        r.stderr
+            .contains("its content no longer matches its digest"),
+        "{}",
+        r.stderr
+    );
+    let r = p.run("p.toml", &["--set", "n=2"]).ok();
+    assert!(
+        r.stderr.contains("run     a"),
+        "a is recomputed: {}",
+        r.stderr
+    );
+    assert_eq!(p.read("out/rot/b/o.txt"), "payload\n2\n");
+    let verify = p.heddle(&["cache", "verify"]).ok();
+    assert!(
+        verify.stdout.contains("cache is clean"),
+        "{}",
+        verify.stdout
+    );
+}
+
+/// Where the store keeps the blob of `content`.
+fn find_blob(cache: &std::path::Path, content: &[u8]) -> std::path::PathBuf {
+    let hex = heddle_cache::Digest::of_bytes(content).to_string();
+    cache.join("objects").join(&hex[..2]).join(&hex)
+}
