@@ -507,15 +507,35 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
                 .filter(|l| !labels.contains(l))
                 .collect();
             let changed = rows.iter().filter(|r| !r.cached).count();
+            let held: Vec<_> =
+                heddle_runner::host_pool::holders(&heddle_runner::host_pool::lock_dir())
+                    .into_iter()
+                    .filter(|h| plan.pipeline.host_pools.contains(&h.pool))
+                    .collect();
             if *json {
+                let held: Vec<_> = held
+                    .iter()
+                    .map(|h| serde_json::json!({"pool": h.pool, "unit": h.unit, "pid": h.pid, "run": h.run_id, "instance": h.instance, "since_unix": h.since_unix}))
+                    .collect();
                 println!(
                     "{}",
                     serde_json::to_string_pretty(
-                        &serde_json::json!({"lock": path, "instances": rows, "removed": removed})
+                        &serde_json::json!({"lock": path, "instances": rows, "removed": removed, "host_units_held": held})
                     )
                     .expect("json")
                 );
             } else {
+                for h in &held {
+                    println!(
+                        "held     {}#{} by pid {}, run {} ({}), since {}",
+                        h.pool,
+                        h.unit,
+                        h.pid.map_or("?".into(), |p| p.to_string()),
+                        h.run_id,
+                        h.instance,
+                        h.since_unix.map_or("?".into(), |t| format!("unix {t}")),
+                    );
+                }
                 let width = rows.iter().map(|r| r.label.len()).max().unwrap_or(0);
                 for r in &rows {
                     if r.cached {

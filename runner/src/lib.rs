@@ -10,12 +10,14 @@
 
 pub mod diag;
 pub mod exec;
+pub mod host_pool;
 pub mod key;
 pub mod lock;
 pub mod model;
 pub mod names;
 pub mod out_lock;
 pub mod plan;
+pub mod pool_spec;
 pub mod prepare;
 pub mod pyenv;
 pub mod record;

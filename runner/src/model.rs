@@ -2,7 +2,7 @@
 //! resolves `uses` definitions, type-checks params, parses references and templates, and reports
 //! every problem it finds with a position. Nothing here touches the cache or runs anything.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,6 +25,8 @@ pub struct Pipeline {
     pub source: Arc<Source>,
     pub params: BTreeMap<String, Value>,
     pub resources: BTreeMap<String, u32>,
+    /// Pools declared `scope = "host"`: units locked across every heddle on this host.
+    pub host_pools: BTreeSet<String>,
     pub envs: BTreeMap<String, EnvDef>,
     /// In file order.
     pub stages: Vec<Stage>,
@@ -396,15 +398,16 @@ impl Loader {
         }
 
         let mut resources = BTreeMap::new();
+        let mut host_pools = BTreeSet::new();
         for (k, v) in &spec.resources {
-            match u32::try_from(*v.get_ref()) {
-                Ok(n) if n > 0 => {
-                    resources.insert(k.clone(), n);
+            match crate::pool_spec::parse(v.get_ref()) {
+                Ok(pool) => {
+                    resources.insert(k.clone(), pool.units);
+                    if pool.scope == crate::pool_spec::Scope::Host {
+                        host_pools.insert(k.clone());
+                    }
                 }
-                _ => self.err(
-                    v.span(),
-                    format!("resource pool `{k}` needs a positive size"),
-                ),
+                Err(why) => self.err(v.span(), format!("resource pool `{k}`: {why}")),
             }
         }
 
@@ -479,6 +482,7 @@ impl Loader {
             source: self.src,
             params,
             resources,
+            host_pools,
             envs,
             stages,
         })

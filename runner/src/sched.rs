@@ -891,10 +891,34 @@ async fn process(sh: &Arc<Shared>, id: usize, inputs: BTreeMap<String, Resolved>
 
     // Resource units first, then a job slot, in a fixed order so waiters cannot deadlock.
     let mut permits = Vec::new();
+    let mut host_units = Vec::new();
     for (pool, n) in &stage.resources {
         tokio::select! {
             p = sh.pools[pool].acquire_many(*n) => permits.push(p.expect("pool open")),
             _ = sh.cancel.graceful.cancelled() => return interrupted(inst, record, sh),
+        }
+        if plan.pipeline.host_pools.contains(pool) {
+            let units = plan.pipeline.resources[pool];
+            tokio::select! {
+                u = take_host_units(sh, pool, units, *n, &inst.label) => match u {
+                    Ok(u) => host_units.push(u),
+                    Err(e) => {
+                        let status = StatusRecord {
+                            label: inst.label.clone(),
+                            status: Status::Failed,
+                            exit_code: None,
+                            error_class: Some("HeddleError".into()),
+                            error: Some(error_chain(&e)),
+                            stderr_tail: None,
+                            cause: None,
+                            tolerated: false,
+                            matrix: inst.matrix.clone(),
+                        };
+                        return ended_before_start(inst, record, sh, status);
+                    }
+                },
+                _ = sh.cancel.graceful.cancelled() => return interrupted(inst, record, sh),
+            }
         }
     }
     let _job = tokio::select! {
@@ -1044,7 +1068,7 @@ fn internal_failure(sh: &Shared, id: usize, what: &str) -> Done {
     }
 }
 
-fn interrupted(inst: &crate::plan::Instance, mut record: InstanceRecord, sh: &Shared) -> Done {
+fn interrupted(inst: &crate::plan::Instance, record: InstanceRecord, sh: &Shared) -> Done {
     let status = StatusRecord {
         label: inst.label.clone(),
         status: Status::Skipped,
@@ -1059,11 +1083,22 @@ fn interrupted(inst: &crate::plan::Instance, mut record: InstanceRecord, sh: &Sh
         tolerated: false,
         matrix: inst.matrix.clone(),
     };
+    ended_before_start(inst, record, sh, status)
+}
+
+/// An instance that never started a command (interrupted, or a resource it could not take):
+/// record the status and tell the display.
+fn ended_before_start(
+    inst: &crate::plan::Instance,
+    mut record: InstanceRecord,
+    sh: &Shared,
+    status: StatusRecord,
+) -> Done {
     record.status = status.clone();
     let _ = sh.events.send(Event::Finished {
         id: inst.id,
         label: inst.label.clone(),
-        status: Status::Skipped,
+        status: status.status,
         cached: false,
         duration_ms: 0,
         error: status.error.clone(),
@@ -1463,6 +1498,45 @@ fn lay_out(store: &Store, sb: &Path, inputs: &BTreeMap<String, Resolved>) -> Res
         }
     }
     Ok(())
+}
+
+/// Take `want` units of a host-wide pool ([`crate::host_pool`]), polling while they are
+/// held by other heddle processes and saying once who holds them.
+async fn take_host_units(
+    sh: &Shared,
+    pool: &str,
+    units: u32,
+    want: u32,
+    label: &str,
+) -> Result<crate::host_pool::HostUnits, crate::host_pool::HostPoolError> {
+    let dir = crate::host_pool::lock_dir();
+    let mut told = false;
+    loop {
+        let who = (sh.opts.run_id.as_str(), label);
+        if let Some(u) = crate::host_pool::try_take(&dir, pool, units, want, who)? {
+            return Ok(u);
+        }
+        if !told {
+            told = true;
+            let held: Vec<String> = crate::host_pool::holders(&dir)
+                .into_iter()
+                .filter(|h| h.pool == pool)
+                .map(|h| {
+                    format!(
+                        "pid {} run {} ({})",
+                        h.pid.map_or("?".into(), |p| p.to_string()),
+                        h.run_id,
+                        h.instance
+                    )
+                })
+                .collect();
+            let _ = sh.events.send(Event::Message(format!(
+                "{label}: waiting for host-wide `{pool}`, held by {}",
+                held.join(", ")
+            )));
+        }
+        tokio::time::sleep(crate::host_pool::POLL).await;
+    }
 }
 
 /// [`Store::check_fed`] for every blob laid out as an input, naming the input on failure.

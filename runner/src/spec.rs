@@ -19,8 +19,9 @@ pub struct PipelineSpec {
     pub pipeline: Spanned<PipelineMeta>,
     #[serde(default)]
     pub params: BTreeMap<String, Spanned<toml::Value>>,
+    /// A pool's size (`gpu = 1`) or `{ units = N, scope = "run" | "host" }`.
     #[serde(default)]
-    pub resources: BTreeMap<String, Spanned<i64>>,
+    pub resources: BTreeMap<String, Spanned<toml::Value>>,
     #[serde(default)]
     pub envs: BTreeMap<String, Spanned<EnvSpec>>,
     #[serde(default)]
