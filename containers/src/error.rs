@@ -107,6 +107,36 @@ pub enum ContainerError {
         source: bollard::errors::Error,
     },
 
+    #[error("failed to copy {paths} into container {container} (archive upload)")]
+    CopyIn {
+        container: String,
+        paths: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+
+    #[error("failed to pack {paths} for upload")]
+    ArchivePack {
+        paths: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("failed to copy {path} out of container {container} (archive download)")]
+    CopyOut {
+        container: String,
+        path: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+
+    #[error("failed to unpack a container's files into {}", dest.display())]
+    ArchiveUnpack {
+        dest: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
     #[error("failed to write {}", path.display())]
     Io {
         path: PathBuf,

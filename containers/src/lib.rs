@@ -13,12 +13,14 @@
 //!
 //! [`test_images`] builds the small FROM-scratch busybox images heddle's tests run.
 
+mod archive;
 mod engine;
 mod error;
 mod run;
 mod spec;
 pub mod test_images;
 
+pub use archive::Copy;
 pub use engine::{Engine, MANAGED_LABEL};
 pub use error::{ContainerError, SizeError};
 pub use spec::{

@@ -80,7 +80,19 @@ impl Engine {
                 .clone()
                 .unwrap_or_else(|| short_id(&created.id).to_string()),
         };
-        let outcome = container.drive(spec, logs, lines, cancel).await;
+        let outcome = async {
+            if !spec.copy_in.is_empty() {
+                self.copy_in(&created.id, &spec.copy_in).await?;
+            }
+            let outcome = container.drive(spec, logs, lines, cancel).await?;
+            if !matches!(outcome, ContainerOutcome::Cancelled) {
+                for c in &spec.copy_out {
+                    self.copy_out(&created.id, c).await?;
+                }
+            }
+            Ok(outcome)
+        }
+        .await;
         let removed = guard.remove_now().await;
         let outcome = outcome?;
         removed?;

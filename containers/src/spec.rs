@@ -113,6 +113,10 @@ pub struct ContainerSpec {
     pub cmd: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub mounts: Vec<Mount>,
+    /// Folders sent into the container before it starts (no shared filesystem needed).
+    pub copy_in: Vec<crate::Copy>,
+    /// Folders fetched out of the container after it exits, unless it was cancelled.
+    pub copy_out: Vec<crate::Copy>,
     pub workdir: Option<String>,
     /// `"uid:gid"` or a user name known to the image.
     pub user: Option<String>,
@@ -143,6 +147,8 @@ impl Default for ContainerSpec {
             cmd: Vec::new(),
             env: BTreeMap::new(),
             mounts: Vec::new(),
+            copy_in: Vec::new(),
+            copy_out: Vec::new(),
             workdir: None,
             user: None,
             gpus: GpuRequest::None,

@@ -232,6 +232,7 @@ pub struct ContainerOpts {
     pub workdir: Option<String>,
     pub pull: String,
     pub docker_host: Option<String>,
+    pub transfer: crate::exec::Transfer,
 }
 
 #[derive(Debug)]
@@ -1017,6 +1018,18 @@ impl Loader {
         if !["never", "missing", "always"].contains(&pull.as_str()) {
             self.err(name_span.clone(), format!("stage `{sname}`: pull must be \"never\", \"missing\" or \"always\", not \"{pull}\""));
         }
+        let transfer = match first(&|s| s.transfer.is_some())
+            .and_then(|s| s.transfer.as_ref())
+            .map(|t| t.get_ref().as_str())
+        {
+            None | Some("auto") => crate::exec::Transfer::Auto,
+            Some("bind") => crate::exec::Transfer::Bind,
+            Some("archive") => crate::exec::Transfer::Archive,
+            Some(other) => {
+                self.err(name_span.clone(), format!("stage `{sname}`: transfer must be \"auto\", \"bind\" or \"archive\", not \"{other}\""));
+                crate::exec::Transfer::Auto
+            }
+        };
         let size = |f: &dyn Fn(&RawStage) -> Option<&Spanned<String>>| {
             first(&|s| f(s).is_some())
                 .and_then(f)
@@ -1065,6 +1078,7 @@ impl Loader {
             workdir: first(&|s| s.workdir.is_some()).and_then(|s| s.workdir.clone()),
             pull,
             docker_host: first(&|s| s.docker_host.is_some()).and_then(|s| s.docker_host.clone()),
+            transfer,
         })
     }
 

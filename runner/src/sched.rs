@@ -1307,6 +1307,7 @@ async fn attempt_once(
             user: c.user.clone(),
             workdir: c.workdir.clone(),
             docker_host: c.docker_host.clone(),
+            transfer: c.transfer,
         }),
         _ => None,
     };

@@ -86,6 +86,9 @@ pub struct RawStage {
     pub workdir: Option<String>,
     pub pull: Option<Spanned<String>>,
     pub docker_host: Option<String>,
+    /// How the sandbox reaches the container: "auto" (bind mounts for a local engine, the
+    /// archive API otherwise), "bind" or "archive".
+    pub transfer: Option<Spanned<String>>,
 }
 
 /// `run = "shell string"` or `run = ["exec", "form"]`.

@@ -61,6 +61,7 @@ impl Executor for DockerExecutor {
                 Command::Shell(s) => vec!["/bin/sh".into(), "-c".into(), s.clone()],
                 Command::Exec(v) => v.clone(),
             };
+            let archive = c.transfer.uses_archive(c.docker_host.as_deref());
             let mut mounts = vec![
                 Mount {
                     host: req.sandbox.join("in"),
@@ -85,6 +86,18 @@ impl Executor for DockerExecutor {
                     read_only: true,
                 });
             }
+            // Without a shared filesystem the same folders travel through the archive API:
+            // all of them in before the start, the writable ones back after the exit.
+            let (mounts, copy_in, copy_out) = if archive {
+                let copy = |m: &Mount| heddle_containers::Copy {
+                    host: m.host.clone(),
+                    container: m.container.clone(),
+                };
+                let copy_out = mounts.iter().filter(|m| !m.read_only).map(copy).collect();
+                (Vec::new(), mounts.iter().map(copy).collect(), copy_out)
+            } else {
+                (mounts, Vec::new(), Vec::new())
+            };
             let mut env = req.env.clone();
             if let Some(f) = env.get_mut("HEDDLE_ERROR_FILE") {
                 *f = "/heddle/work/.heddle-error.json".into();
@@ -99,12 +112,22 @@ impl Executor for DockerExecutor {
                 ("heddle.instance".to_string(), req.label.clone()),
                 ("heddle.pid".to_string(), std::process::id().to_string()),
                 ("heddle.host".to_string(), crate::sched::hostname()),
+                (
+                    "heddle.engine".to_string(),
+                    c.docker_host.clone().unwrap_or_else(|| "default".into()),
+                ),
+                (
+                    "heddle.transfer".to_string(),
+                    if archive { "archive" } else { "bind" }.to_string(),
+                ),
             ]);
             let spec = ContainerSpec {
                 image: c.image_id.clone(),
                 cmd,
                 env,
                 mounts,
+                copy_in,
+                copy_out,
                 workdir: Some(c.workdir.clone().unwrap_or_else(|| "/heddle/work".into())),
                 user: Some(c.user.clone().unwrap_or_else(invoking_user)),
                 gpus: c.gpus.clone(),
