@@ -254,8 +254,20 @@ fn a_300_mb_line_on_stderr_costs_bounded_memory_and_a_bounded_tail() {
     );
 }
 
+/// A run stopped with SIGTERM when dropped, so a failing test leaves no heddle behind.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// Start a run whose stage sleeps; return it once its sandbox exists.
-fn start_long_run(p: &Project) -> Child {
+fn start_long_run(p: &Project) -> Running {
     let started = p.path("started");
     one_stage(p, &format!("touch {}; sleep 300", started.display()), "");
     let mut child = p
@@ -273,7 +285,7 @@ fn start_long_run(p: &Project) -> Child {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    child
+    Running(child)
 }
 
 #[test]
@@ -292,8 +304,8 @@ fn a_dead_runs_sandbox_is_removed_by_the_next_run_and_by_gc_and_a_live_ones_kept
 
         // A run killed with SIGKILL leaves its sandbox folder behind.
         let mut dead = start_long_run(&p);
-        dead.kill().unwrap();
-        dead.wait().unwrap();
+        dead.0.kill().unwrap();
+        dead.0.wait().unwrap();
         let both = scratch_entries(&p);
         assert_eq!(both.len(), 2, "{cleaner}: {both:?}");
 
@@ -314,8 +326,8 @@ fn a_dead_runs_sandbox_is_removed_by_the_next_run_and_by_gc_and_a_live_ones_kept
             after, live_dir,
             "{cleaner}: only the live run's folder is kept"
         );
-        unsafe { libc::kill(live.id() as i32, libc::SIGTERM) };
-        wait_ended(&mut live, Duration::from_secs(30), "live run");
+        unsafe { libc::kill(live.0.id() as i32, libc::SIGTERM) };
+        wait_ended(&mut live.0, Duration::from_secs(30), "live run");
         assert!(
             scratch_entries(&p).is_empty(),
             "{cleaner}: {:?}",
