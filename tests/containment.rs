@@ -209,6 +209,8 @@ fn wait_rss(child: &Child) -> (i32, i64) {
 }
 
 #[test]
+// The child is reaped by `wait_rss` (wait4), which std does not know about.
+#[allow(clippy::zombie_processes)]
 fn a_300_mb_line_on_stderr_costs_bounded_memory_and_a_bounded_tail() {
     let p = Project::new();
     // 300 MB with no newline, then a short last line, then a failure.

