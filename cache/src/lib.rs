@@ -13,6 +13,7 @@
 //! <root>/families/<id>.keys      append-only index: every key ever recorded per family
 //! <root>/locks/<hex>.lock        per-key locks (holder pid inside); store.lock (presence)
 //! <root>/tmp/                    temp files, renamed into place when complete
+//! <root>/scratch/run-*/          a run's sandboxes, locked while the run lives (scratch.rs)
 //! ```
 //!
 //! # Crash safety
@@ -66,6 +67,7 @@ mod fsutil;
 mod integrity;
 mod lock;
 mod maintenance;
+pub mod scratch;
 mod statcache;
 mod store;
 mod tree;

@@ -73,6 +73,8 @@ pub struct GcReport {
     pub bytes_remaining: u64,
     /// Unreferenced blobs kept because they were too recent while others use the store.
     pub blobs_spared: u64,
+    /// Scratch folders of dead runs removed (their sandboxes; see `scratch.rs`).
+    pub stale_scratch_removed: u64,
 }
 
 /// An action entry file and its parse result (the reason when it is bad).
@@ -371,7 +373,11 @@ impl Store {
         max_bytes: Option<u64>,
         exclusive: bool,
     ) -> Result<GcReport, CacheError> {
-        let mut report = GcReport::default();
+        let mut report = GcReport {
+            stale_scratch_removed: crate::scratch::remove_stale(&self.root().join("scratch"))
+                .removed,
+            ..GcReport::default()
+        };
         let blobs = self.list_blobs(&mut |_| {})?;
         let sizes: HashMap<Digest, u64> = blobs.iter().map(|(d, _, m)| (*d, m.len())).collect();
 

@@ -8,25 +8,56 @@
 //! keeps the folders whose names the next stage also uses and empties them; the files in them
 //! are hard links into the cache (inputs) or have just become cache blobs (outputs), so
 //! removing them frees no inode either.
+//!
+//! A run's sandboxes sit in its own locked folder, `scratch/run-*/`
+//! ([`heddle_cache::scratch`]): a run that died without cleaning up (`kill -9`, a power cut)
+//! leaves its folder unlocked, and the next run (when its pool is made) or `gc` removes it,
+//! while the folder of a run still going is locked and left alone. The folder is made at the
+//! first sandbox, so a run that executes nothing creates nothing.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use heddle_cache::scratch::{remove_tree, RunScratch};
+
 /// Sandboxes not in use, ready to be cleaned for the next stage.
 pub struct SandboxPool {
     scratch: PathBuf,
+    /// This run's locked folder, made at the first sandbox.
+    run: Mutex<Option<RunScratch>>,
     free: Mutex<Vec<PathBuf>>,
     all: Mutex<Vec<PathBuf>>,
 }
 
 impl SandboxPool {
+    /// A pool in `scratch` (`<cache>/scratch`); the folders of dead runs there are removed.
     pub fn new(scratch: PathBuf) -> SandboxPool {
+        heddle_cache::scratch::remove_stale(&scratch);
         SandboxPool {
             scratch,
+            run: Mutex::new(None),
             free: Mutex::new(Vec::new()),
             all: Mutex::new(Vec::new()),
         }
+    }
+
+    /// This run's folder, made and locked on first use.
+    fn run_dir(&self) -> Result<PathBuf, String> {
+        let mut run = self.run.lock().expect("sandbox pool");
+        if let Some(r) = run.as_ref() {
+            return Ok(r.path().to_path_buf());
+        }
+        let r = RunScratch::create(&self.scratch).map_err(|e| {
+            let mut msg = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                msg.push_str(&format!(": {s}"));
+                src = s.source();
+            }
+            msg
+        })?;
+        Ok(run.insert(r).path().to_path_buf())
     }
 
     /// A sandbox holding exactly empty `work/`, `in/<name>/` for each input and `out/<name>/`
@@ -44,14 +75,12 @@ impl SandboxPool {
             let path = match reused {
                 Some(p) => p,
                 None => {
+                    let dir = self.run_dir()?;
                     let p = tempfile::Builder::new()
                         .prefix("sandbox-")
-                        .tempdir_in(&self.scratch)
+                        .tempdir_in(&dir)
                         .map_err(|e| {
-                            format!(
-                                "failed to create a sandbox in {}: {e}",
-                                self.scratch.display()
-                            )
+                            format!("failed to create a sandbox in {}: {e}", dir.display())
                         })?
                         .keep();
                     self.all.lock().expect("sandbox pool").push(p.clone());
@@ -71,12 +100,15 @@ impl SandboxPool {
         }
     }
 
-    /// Remove every sandbox this pool made (the end of a run).
+    /// Remove every sandbox this pool made, and the run's folder (the end of a run).
     pub fn remove_all(&self) {
         for p in self.all.lock().expect("sandbox pool").drain(..) {
             let _ = remove_tree(&p);
         }
         self.free.lock().expect("sandbox pool").clear();
+        if let Some(run) = self.run.lock().expect("sandbox pool").take() {
+            run.remove();
+        }
     }
 }
 
@@ -146,41 +178,6 @@ fn ensure_empty_dir(dir: &Path) -> std::io::Result<()> {
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir(dir),
         Err(e) => Err(e),
-    }
-}
-
-/// Remove a file or a tree. A stage may leave read-only folders behind (`chmod -w`), which
-/// would stop the removal of what is in them, so permissions are restored first.
-fn remove_tree(p: &Path) -> std::io::Result<()> {
-    let meta = match std::fs::symlink_metadata(p) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    if !meta.is_dir() {
-        return std::fs::remove_file(p);
-    }
-    if std::fs::remove_dir_all(p).is_ok() {
-        return Ok(());
-    }
-    make_writable(p);
-    std::fs::remove_dir_all(p)
-}
-
-fn make_writable(p: &Path) {
-    let Ok(meta) = std::fs::symlink_metadata(p) else {
-        return;
-    };
-    if meta.is_dir() {
-        let mut perm = meta.permissions();
-        #[allow(clippy::permissions_set_readonly_false)]
-        perm.set_readonly(false);
-        let _ = std::fs::set_permissions(p, perm);
-        if let Ok(rd) = std::fs::read_dir(p) {
-            for e in rd.flatten() {
-                make_writable(&e.path());
-            }
-        }
     }
 }
 

@@ -713,6 +713,8 @@ pub async fn run(ctx: Context, opts: RunOptions, events: UnboundedSender<Event>)
         let _ = wait.await;
     }
     let _ = &committer;
+    #[cfg(target_os = "linux")]
+    crate::exec::contain::sweep_run().await;
     let pool = shared.sandboxes.clone();
     blocking(move || pool.remove_all()).await;
     let status = if interrupts > 0 {
@@ -785,7 +787,7 @@ fn finish(
     }
 }
 
-/// Ctrl-C, and SIGTERM on unix, as one stream.
+/// Ctrl-C, and SIGTERM and SIGHUP on unix, as one stream.
 fn signal_stream() -> tokio::sync::mpsc::UnboundedReceiver<()> {
     let (tx, rx) = unbounded_channel();
     let t = tx.clone();
@@ -796,18 +798,24 @@ fn signal_stream() -> tokio::sync::mpsc::UnboundedReceiver<()> {
             }
         }
     });
+    // SIGHUP (the terminal went away) stops the run like SIGTERM: its default would end heddle
+    // with no run record and its sandboxes left behind.
     #[cfg(unix)]
-    tokio::spawn(async move {
-        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        {
-            while s.recv().await.is_some() {
-                if tx.send(()).is_err() {
-                    break;
+    for kind in [
+        tokio::signal::unix::SignalKind::terminate(),
+        tokio::signal::unix::SignalKind::hangup(),
+    ] {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            if let Ok(mut s) = tokio::signal::unix::signal(kind) {
+                while s.recv().await.is_some() {
+                    if tx.send(()).is_err() {
+                        break;
+                    }
                 }
             }
-        }
-    });
-    #[cfg(not(unix))]
+        });
+    }
     drop(tx);
     rx
 }
@@ -1596,12 +1604,7 @@ fn copy_readonly(src: &Path, dest: &Path) -> Result<(), String> {
 }
 
 fn stderr_tail(path: &Path) -> Option<String> {
-    let text = std::fs::read(path).ok()?;
-    let text = String::from_utf8_lossy(&text);
-    let lines: Vec<&str> = text.lines().collect();
-    let start = lines.len().saturating_sub(20);
-    let tail = lines[start..].join("\n");
-    (!tail.trim().is_empty()).then_some(tail)
+    crate::exec::output::tail_of(path)
 }
 
 /// The error class and line: the stage's own error file, else the last traceback-style

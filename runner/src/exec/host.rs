@@ -1,21 +1,29 @@
 //! The host executor: a child process in its own process group (a Job object on Windows), in a
 //! fresh sandbox, with a cleared environment. On timeout or cancellation the whole group is
 //! signalled and then killed; after the leader exits the group is killed too, so a backgrounded
-//! grandchild cannot outlive its stage.
+//! grandchild cannot outlive its stage, and on Linux so are the descendants that left the group
+//! (see [`super::contain`]). Then the pipes are drained for at most [`DRAIN`]: a process that
+//! still holds them cannot keep the stage, and so the run, from ending.
 
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
 
+use super::output::pump;
 use super::{Cancel, ExecError, ExecOutcome, ExecRequest, Executor};
 use crate::render::{Command, PathLayout};
 
 /// How long a stage gets between the polite signal and the kill.
 const GRACE: Duration = Duration::from_secs(3);
+
+/// How long the pipes are read after the stage's processes are gone. Its own output is in the
+/// pipe buffers by then (64 KiB each), so this only ever runs out when something heddle could
+/// not kill still holds a pipe open.
+const DRAIN: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Default, Clone)]
 pub struct HostExecutor;
@@ -193,13 +201,28 @@ async fn run(
         // What `sh` would have exported.
         cmd.env("PWD", &work);
     }
+    #[cfg(target_os = "linux")]
+    let token = super::contain::StageToken::new();
+    #[cfg(target_os = "linux")]
+    cmd.env(super::contain::TOKEN_VAR, token.value());
     let mut child = Group::spawn(cmd).map_err(|source| ExecError::Spawn {
         program: program.clone(),
         source,
     })?;
     let (out, err) = child.take_streams();
-    let t_out = tokio::spawn(pump(out, req.stdout_log.clone(), lines.clone()));
-    let t_err = tokio::spawn(pump(err, req.stderr_log.clone(), lines));
+    let stop_reading = CancellationToken::new();
+    let t_out = tokio::spawn(pump(
+        out,
+        req.stdout_log.clone(),
+        lines.clone(),
+        stop_reading.clone(),
+    ));
+    let t_err = tokio::spawn(pump(
+        err,
+        req.stderr_log.clone(),
+        lines,
+        stop_reading.clone(),
+    ));
 
     let timeout = async {
         match req.timeout {
@@ -223,8 +246,19 @@ async fn run(
             ExecOutcome::TimedOut(req.timeout.unwrap_or_default())
         }
     };
-    for t in [t_out, t_err] {
-        match t.await {
+    #[cfg(target_os = "linux")]
+    token.sweep().await;
+    let mut both = std::pin::pin!(async { tokio::join!(t_out, t_err) });
+    let (r_out, r_err) = tokio::select! {
+        r = &mut both => r,
+        _ = tokio::time::sleep(DRAIN) => {
+            tracing::debug!(label = %req.label, "stopped reading pipes still held open");
+            stop_reading.cancel();
+            both.await
+        }
+    };
+    for r in [r_out, r_err] {
+        match r {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(e),
             Err(e) => return Err(ExecError::Other(format!("log task failed: {e}"))),
@@ -255,6 +289,9 @@ impl Group {
     #[cfg(unix)]
     fn spawn(mut cmd: tokio::process::Command) -> std::io::Result<Group> {
         cmd.process_group(0);
+        #[cfg(target_os = "linux")]
+        let child = super::contain::spawn_leader(&mut cmd)?;
+        #[cfg(not(target_os = "linux"))]
         let child = cmd.spawn()?;
         let pgid = child.id();
         #[cfg(target_os = "linux")]
@@ -308,8 +345,13 @@ impl Group {
                     libc::killpg(pid as i32, libc::SIGKILL);
                 }
                 let _ = self.child.kill().await;
+                let _ = self.child.wait().await;
                 #[cfg(target_os = "linux")]
-                super::reaper::forget(pid);
+                {
+                    super::reaper::forget(pid);
+                    super::contain::leader_gone(pid);
+                }
+                return;
             }
         }
         #[cfg(windows)]
@@ -331,7 +373,10 @@ impl Drop for Group {
                 libc::killpg(pid as i32, libc::SIGKILL);
             }
             #[cfg(target_os = "linux")]
-            super::reaper::forget(pid);
+            {
+                super::reaper::forget(pid);
+                super::contain::leader_gone(pid);
+            }
         }
     }
 }
@@ -383,43 +428,4 @@ async fn stop(child: &mut Group, cancel: &Cancel) {
     #[cfg(not(unix))]
     let _ = (cancel, GRACE);
     child.kill().await;
-}
-
-/// Copy a stream into its log, line by line, and on to the progress display. The log file is
-/// created at the first byte: most stages print nothing, and every file created costs an
-/// inode allocation that dominates short stages on some filesystems.
-async fn pump<R: AsyncRead + Unpin>(
-    stream: Option<R>,
-    log: std::path::PathBuf,
-    lines: UnboundedSender<String>,
-) -> Result<(), ExecError> {
-    let Some(stream) = stream else { return Ok(()) };
-    let log_err = |source| ExecError::Log {
-        path: log.clone(),
-        source,
-    };
-    let mut file: Option<tokio::fs::File> = None;
-    let mut reader = BufReader::new(stream);
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        let n = reader.read_until(b'\n', &mut buf).await.map_err(log_err)?;
-        if n == 0 {
-            break;
-        }
-        let f = match &mut file {
-            Some(f) => f,
-            None => file.insert(tokio::fs::File::create(&log).await.map_err(log_err)?),
-        };
-        f.write_all(&buf).await.map_err(log_err)?;
-        let line = String::from_utf8_lossy(&buf);
-        let line = line.trim_end();
-        if !line.is_empty() {
-            let _ = lines.send(line.to_string());
-        }
-    }
-    if let Some(f) = &mut file {
-        f.flush().await.map_err(log_err)?;
-    }
-    Ok(())
 }

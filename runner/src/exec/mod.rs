@@ -1,8 +1,11 @@
 //! Executors run one rendered command to completion and say how it ended. The scheduler knows
 //! only the [`Executor`] trait; the host executor and the Docker executor sit beside each other.
 
+#[cfg(target_os = "linux")]
+pub mod contain;
 pub mod docker;
 pub mod host;
+pub mod output;
 #[cfg(target_os = "linux")]
 pub mod reaper;
 #[cfg(unix)]

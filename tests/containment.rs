@@ -1,0 +1,339 @@
+//! A stage's whole process tree ends with it, heddle never hangs on a stage's pipes, a signal
+//! always ends a run with its record written, output costs bounded memory, and a dead run's
+//! sandboxes do not pile up (issue 14, items 4 and 5). Linux: these rely on /proc.
+#![cfg(target_os = "linux")]
+
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{alive, Project};
+
+/// A pipeline of one stage running `run` (a TOML basic string's content), with `extra` keys.
+fn one_stage(p: &Project, run: &str, extra: &str) {
+    p.file(
+        "p.toml",
+        &format!(
+            "[pipeline]\nname = \"contain\"\n[stages.s]\nrun = \"{run}\"\noutputs = {{ o = \"o\" }}\n{extra}\n"
+        ),
+    );
+}
+
+/// A shell snippet starting a daemon in its own session that writes its pid to `pidfile` and
+/// sleeps; `redirect` is appended to the daemon's command (e.g. `>/dev/null 2>&1`).
+fn daemon(pidfile: &Path, redirect: &str) -> String {
+    format!(
+        "setsid sh -c 'echo $$ > {}; exec sleep 300' {redirect} &",
+        pidfile.display()
+    )
+}
+
+fn wait_for_pid(pidfile: &Path, child: &mut Child) -> String {
+    let t = Instant::now();
+    loop {
+        if let Ok(s) = std::fs::read_to_string(pidfile) {
+            if !s.trim().is_empty() {
+                return s.trim().to_string();
+            }
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("heddle ended ({status}) before the daemon started");
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the daemon never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Wait for `child` to end, failing (and killing it) if it takes longer than `limit`: the
+/// property is "ends at all", the limit only keeps a regression from hanging the suite.
+fn wait_ended(child: &mut Child, limit: Duration, what: &str) -> std::process::ExitStatus {
+    let t = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: heddle still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Fails if `pid` is still alive a few seconds from now.
+fn assert_gone(pid: &str, what: &str) {
+    let t = Instant::now();
+    while alive(pid) {
+        if t.elapsed() > Duration::from_secs(5) {
+            // Leave nothing behind for the next test, then fail.
+            unsafe { libc::kill(pid.parse().unwrap(), libc::SIGKILL) };
+            panic!("{what}: the daemon ({pid}) outlived its stage");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn scratch_entries(p: &Project) -> Vec<String> {
+    std::fs::read_dir(p.cache.join("scratch"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_setsid_daemon_holding_stdout_cannot_outlast_the_stage_timeout() {
+    let p = Project::new();
+    let pidfile = p.path("daemon.pid");
+    one_stage(
+        &p,
+        &format!("{} sleep 300", daemon(&pidfile, "")),
+        "timeout = \"1s\"",
+    );
+    let mut child = p
+        .cmd(&["run", "p.toml", "--progress", "plain"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = wait_for_pid(&pidfile, &mut child);
+    let status = wait_ended(&mut child, Duration::from_secs(30), "stage timeout");
+    assert_eq!(status.code(), Some(1));
+    assert_gone(&pid, "timeout");
+    let v = p.last_record();
+    assert_eq!(
+        v["instances"][0][1]["status"]["error_class"], "Timeout",
+        "{v}"
+    );
+}
+
+#[test]
+fn a_setsid_daemon_holding_stdout_does_not_keep_a_finished_stage_running() {
+    let p = Project::new();
+    let pidfile = p.path("daemon.pid");
+    // The stage itself succeeds at once; its daemon would hold stdout for five minutes.
+    one_stage(
+        &p,
+        &format!("{} echo done > {{{{ out.o }}}}", daemon(&pidfile, "")),
+        "",
+    );
+    let mut child = p
+        .cmd(&["run", "p.toml", "--progress", "plain"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = wait_for_pid(&pidfile, &mut child);
+    let status = wait_ended(&mut child, Duration::from_secs(30), "finished stage");
+    assert_eq!(status.code(), Some(0));
+    assert_gone(&pid, "finished stage");
+}
+
+#[test]
+fn a_daemon_with_redirected_fds_is_gone_after_its_stage() {
+    let p = Project::new();
+    let pidfile = p.path("daemon.pid");
+    // The daemon's own child (`sleep`, after the `sh` forks it) must go too.
+    one_stage(
+        &p,
+        &format!(
+            "setsid sh -c 'sleep 300 & echo $! > {}; wait' >/dev/null 2>&1 </dev/null & \
+             sleep 0.2; echo done > {{{{ out.o }}}}",
+            pidfile.display()
+        ),
+        "",
+    );
+    p.run("p.toml", &[]).ok();
+    let pid = p.read("daemon.pid").trim().to_string();
+    assert_gone(&pid, "redirected daemon");
+}
+
+#[test]
+fn sigterm_and_sighup_end_a_run_held_by_a_daemon_with_its_record_written() {
+    for (sig, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")] {
+        let p = Project::new();
+        let pidfile = p.path("daemon.pid");
+        let stage_pid = p.path("stage.pid");
+        one_stage(
+            &p,
+            &format!(
+                "{} echo $$ > {}; sleep 300",
+                daemon(&pidfile, ""),
+                stage_pid.display()
+            ),
+            "",
+        );
+        let mut child = p
+            .cmd(&["run", "p.toml", "--progress", "plain"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let daemon_pid = wait_for_pid(&pidfile, &mut child);
+        let leader = wait_for_pid(&stage_pid, &mut child);
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let status = wait_ended(&mut child, Duration::from_secs(30), name);
+        assert_eq!(status.code(), Some(130), "{name}");
+        assert_gone(&daemon_pid, name);
+        assert_gone(&leader, name);
+        let v = p.last_record();
+        assert_eq!(v["status"], "interrupted", "{name}: {v}");
+        assert_eq!(
+            v["instances"][0][1]["status"]["error_class"], "Interrupted",
+            "{name}"
+        );
+        assert!(
+            scratch_entries(&p).is_empty(),
+            "{name}: scratch still holds {:?}",
+            scratch_entries(&p)
+        );
+    }
+}
+
+/// wait4(2): the exit status and peak RSS (KiB) of a child, its waited-for descendants
+/// included (here only `head` and `tr`, which stay small).
+fn wait_rss(child: &Child) -> (i32, i64) {
+    let mut status = 0;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32);
+    (libc::WEXITSTATUS(status), usage.ru_maxrss)
+}
+
+#[test]
+// The child is reaped by `wait_rss` (wait4), which std does not know about.
+#[allow(clippy::zombie_processes)]
+fn a_300_mb_line_on_stderr_costs_bounded_memory_and_a_bounded_tail() {
+    let p = Project::new();
+    // 300 MB with no newline, then a short last line, then a failure.
+    one_stage(
+        &p,
+        "head -c 300000000 /dev/zero | tr '\\\\0' x >&2; echo >&2; echo 'BoomError: the end' >&2; exit 3",
+        "",
+    );
+    let child = p
+        .cmd(&["run", "p.toml", "--progress", "plain"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (code, max_rss_kib) = wait_rss(&child);
+    assert_eq!(code, 1);
+    // Today's main: about 945 MB. A bounded pump is buffers plus the binary.
+    assert!(
+        max_rss_kib < 100 * 1024,
+        "peak RSS {} MiB for a 300 MB line",
+        max_rss_kib / 1024
+    );
+    let log_len = std::fs::read_dir(p.path(".heddle/logs"))
+        .unwrap()
+        .flatten()
+        .map(|run| std::fs::metadata(run.path().join("s.err")))
+        .find_map(Result::ok)
+        .map(|m| m.len());
+    let v = p.last_record();
+    let status = &v["instances"][0][1]["status"];
+    let tail = status["stderr_tail"].as_str().unwrap();
+    assert!(tail.len() <= 4096, "stderr_tail of {} bytes", tail.len());
+    assert!(
+        tail.ends_with("BoomError: the end"),
+        "{}",
+        &tail[tail.len() - 40..]
+    );
+    assert_eq!(status["error_class"], "BoomError");
+    assert_eq!(
+        log_len,
+        Some(300_000_001 + "BoomError: the end\n".len() as u64),
+        "the log has every byte"
+    );
+}
+
+/// A run stopped with SIGTERM when dropped, so a failing test leaves no heddle behind.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Start a run whose stage sleeps; return it once its sandbox exists.
+fn start_long_run(p: &Project) -> Running {
+    let started = p.path("started");
+    one_stage(p, &format!("touch {}; sleep 300", started.display()), "");
+    let mut child = p
+        .cmd(&["run", "p.toml", "--progress", "quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !started.exists() {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the stage never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Running(child)
+}
+
+#[test]
+fn a_dead_runs_sandbox_is_removed_by_the_next_run_and_by_gc_and_a_live_ones_kept() {
+    for cleaner in ["run", "gc"] {
+        let p = Project::new();
+        // A live run, in another project sharing the cache.
+        let q = Project::new();
+        let q = Project {
+            cache: p.cache.clone(),
+            ..q
+        };
+        let mut live = start_long_run(&q);
+        let live_dir = scratch_entries(&p);
+        assert_eq!(live_dir.len(), 1, "{cleaner}: {live_dir:?}");
+
+        // A run killed with SIGKILL leaves its sandbox folder behind.
+        let mut dead = start_long_run(&p);
+        dead.0.kill().unwrap();
+        dead.0.wait().unwrap();
+        let both = scratch_entries(&p);
+        assert_eq!(both.len(), 2, "{cleaner}: {both:?}");
+
+        match cleaner {
+            "run" => {
+                p.file(
+                    "quick.toml",
+                    "[pipeline]\nname = \"quick\"\n[stages.q]\nrun = \"echo q > {{ out.o }}\"\noutputs = { o = \"o\" }\n",
+                );
+                p.run("quick.toml", &[]).ok();
+            }
+            _ => {
+                p.heddle(&["cache", "gc"]).ok();
+            }
+        }
+        let after = scratch_entries(&p);
+        assert_eq!(
+            after, live_dir,
+            "{cleaner}: only the live run's folder is kept"
+        );
+        unsafe { libc::kill(live.0.id() as i32, libc::SIGTERM) };
+        wait_ended(&mut live.0, Duration::from_secs(30), "live run");
+        assert!(
+            scratch_entries(&p).is_empty(),
+            "{cleaner}: {:?}",
+            scratch_entries(&p)
+        );
+    }
+}
