@@ -10,6 +10,7 @@
 
 pub mod diag;
 pub mod exec;
+mod join;
 pub mod key;
 pub mod lock;
 pub mod model;

@@ -14,6 +14,7 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use serde_json::Value;
 
 use crate::diag::{Diagnostic, Diagnostics};
+use crate::join::{join, ProjectionIndex};
 use crate::model::{
     check_param, value_text, InputKind, Pipeline, RunTemplate, Selector, Stage, WithValue,
 };
@@ -237,25 +238,7 @@ pub fn build(pipeline: Arc<Pipeline>) -> Result<Plan, Diagnostics> {
             continue;
         }
         for (cands, ukeys) in mapped.values() {
-            let mut next = Vec::new();
-            for a in &assigns {
-                for &u in cands {
-                    let um = &instances[u].matrix;
-                    if ukeys
-                        .iter()
-                        .all(|k| a.get(k).is_none_or(|v| Some(v) == um.get(k)))
-                    {
-                        let mut m = a.clone();
-                        for k in ukeys {
-                            m.insert(k.clone(), um[k].clone());
-                        }
-                        if !next.contains(&m) {
-                            next.push(m);
-                        }
-                    }
-                }
-            }
-            assigns = next;
+            assigns = join(&assigns, cands, ukeys, |u| &instances[u].matrix);
         }
         if assigns.is_empty() {
             errors.push(p.source.error(
@@ -270,6 +253,19 @@ pub fn build(pipeline: Arc<Pipeline>) -> Result<Plan, Diagnostics> {
             continue;
         }
 
+        // Each instance's partner per mapped input, found through an index on the keys the
+        // input contributes (every joined assignment has them all).
+        let partners: BTreeMap<&str, ProjectionIndex> = mapped
+            .iter()
+            .map(|(iname, (cands, ukeys))| {
+                let ix = ProjectionIndex::new(
+                    ukeys.iter().cloned().collect(),
+                    cands.iter().copied(),
+                    |u| &instances[u].matrix,
+                );
+                (*iname, ix)
+            })
+            .collect();
         for m in assigns {
             let id = instances.len();
             let mut inputs = BTreeMap::new();
@@ -293,11 +289,9 @@ pub fn build(pipeline: Arc<Pipeline>) -> Result<Plan, Diagnostics> {
                         }
                     }
                     InputKind::Ref { output, .. } => {
-                        let (cands, ukeys) = &mapped[iname.as_str()];
-                        let from = cands
-                            .iter()
-                            .copied()
-                            .find(|&u| ukeys.iter().all(|k| instances[u].matrix.get(k) == m.get(k)))
+                        let from = partners[iname.as_str()]
+                            .matches(&m, |u| &instances[u].matrix)
+                            .next()
                             .expect("joined assignment has a partner");
                         deps.insert(from);
                         BoundInput::One {
