@@ -10,6 +10,7 @@
 
 pub mod diag;
 pub mod exec;
+pub mod explain;
 mod join;
 pub mod key;
 pub mod lock;

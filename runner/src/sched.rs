@@ -21,7 +21,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use tokio::sync::Semaphore;
 
 use crate::exec::{base_env, Cancel, ContainerRequest, ExecOutcome, ExecRequest, Executor};
-use crate::key::{explain, KeyParts, Reason, KEY_VERSION};
+use crate::key::{explain_with, Earlier, KeyParts, Reason, KEY_VERSION};
 use crate::model::Stage;
 use crate::plan::{member_dir, BoundInput, Plan};
 use crate::pyenv::EnvInfo;
@@ -318,7 +318,7 @@ pub trait History {
 /// The action cache as history: every key ever recorded.
 pub struct CacheHistory<'a> {
     pub store: &'a Store,
-    families: std::sync::Mutex<BTreeMap<String, Vec<ActionEntry>>>,
+    families: std::sync::Mutex<BTreeMap<String, Earlier>>,
 }
 
 impl<'a> CacheHistory<'a> {
@@ -345,10 +345,11 @@ impl History for CacheHistory<'_> {
     }
     fn explain(&self, _label: &str, family: &str, parts: &KeyParts) -> Reason {
         let mut fams = self.families.lock().expect("families");
-        let earlier = fams
-            .entry(family.to_string())
-            .or_insert_with(|| self.store.actions_in_family(family).unwrap_or_default());
-        explain(parts, earlier)
+        // Condensed once per family: a whole matrix can miss at once.
+        let earlier = fams.entry(family.to_string()).or_insert_with(|| {
+            Earlier::new(&self.store.actions_in_family(family).unwrap_or_default())
+        });
+        explain_with(parts, earlier)
     }
 }
 
