@@ -24,3 +24,4 @@ pub mod sandbox;
 pub mod sched;
 pub mod spec;
 pub mod template;
+pub mod vecmap;

@@ -20,8 +20,10 @@ use crate::model::{
 };
 use crate::spec::GpuSpec;
 use crate::template::{Rendered, Template};
+use crate::vecmap::VecMap;
 
-pub type Matrix = BTreeMap<String, Value>;
+/// An instance's matrix values (a small sorted map: see [`crate::vecmap`]).
+pub type Matrix = VecMap<Value>;
 
 #[derive(Debug, Clone)]
 pub enum BoundInput {
@@ -50,7 +52,7 @@ pub struct Instance {
     /// For a `uses` stage: its resolved params. For an inline stage: the pipeline params its
     /// `run` refers to (only those, so an unrelated param change does not rerun it).
     pub params: BTreeMap<String, Value>,
-    pub inputs: BTreeMap<String, BoundInput>,
+    pub inputs: VecMap<BoundInput>,
     pub deps: Vec<usize>,
     /// The image reference, rendered, for container stages.
     pub image: Option<String>,
@@ -268,7 +270,7 @@ pub fn build(pipeline: Arc<Pipeline>) -> Result<Plan, Diagnostics> {
             .collect();
         for m in assigns {
             let id = instances.len();
-            let mut inputs = BTreeMap::new();
+            let mut inputs = VecMap::new();
             let mut deps = BTreeSet::new();
             for (iname, input) in &s.inputs {
                 let b = match &input.kind {
