@@ -299,7 +299,9 @@ mod tests {
             want.insert("extra".into(), json!("x"));
             assert_eq!(ix.matches(&want, |u| &ups[u]).next(), Some(u));
         }
-        let absent: Matrix = [("i".to_string(), json!(100)), ("j".to_string(), json!(0))].into();
+        let absent: Matrix = [("i".to_string(), json!(100)), ("j".to_string(), json!(0))]
+            .into_iter()
+            .collect();
         assert_eq!(ix.matches(&absent, |u| &ups[u]).next(), None);
     }
 }
