@@ -14,8 +14,9 @@
 #   explain  `heddle plan` of an --explain-n matrix after one run of the same stage with a 10 MB
 #            param (every instance is a miss that must be explained against that entry)
 #   no-op    `heddle run` a second time after a full run (every instance cached)
-# Each measurement is one run, timed by /usr/bin/time -v (elapsed, max RSS). No timing is
-# asserted: the table is for benches/RESULTS.md.
+# Each measurement is one run, timed by /usr/bin/time -v (elapsed, user+sys CPU, max RSS); on
+# a shared machine the CPU column is the steadier one. No timing is asserted: the table is for
+# benches/RESULTS.md.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="$here/../../target/release/heddle"
@@ -48,10 +49,11 @@ measure() {
     tail -3 "$work/stderr.txt" | sed 's/^/    /' >>"$out"
     return 0
   fi
-  local wall rss
+  local wall cpu rss
   wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$tv")
+  cpu=$(awk -F': ' '/User time/ {u=$2} /System time/ {s=$2} END {printf "%.2f s", u+s}' "$tv")
   rss=$(awk -F': ' '/Maximum resident set size/ {printf "%.0f", $2/1024}' "$tv")
-  echo "| $label | $wall | $rss MB |" >>"$out"
+  echo "| $label | $wall | $cpu | $rss MB |" >>"$out"
 }
 
 project() { # project SHAPE N [PARAM_BYTES] → prints the folder
@@ -65,8 +67,8 @@ project() { # project SHAPE N [PARAM_BYTES] → prints the folder
 {
   echo "binary: \`$bin\` ($("$bin" --version 2>/dev/null || echo unknown)); $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo
-  echo "| measurement | wall (m:ss) | max RSS |"
-  echo "|---|---:|---:|"
+  echo "| measurement | wall (m:ss) | CPU (user+sys) | max RSS |"
+  echo "|---|---:|---:|---:|"
 } >>"$out"
 
 for shape in $shapes; do
