@@ -446,31 +446,40 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
         Cmd::Plan { p, json } => {
             let (_, ctx) = prepared(&cli, p).await?;
             let history = sched::CacheHistory::new(&ctx.store);
-            let rows = sched::preview(&ctx, &RunOptions::default(), &history);
+            let rows = sched::preview(&ctx, &RunOptions::default(), &history, false);
             if *json {
                 println!("{}", serde_json::to_string_pretty(&rows).expect("json"));
             } else {
+                // One buffered writer: stdout is line-buffered, a write per row costs more than
+                // planning the row. A closed pipe (`| head`) ends the listing quietly.
+                use std::io::Write as _;
+                let mut out = std::io::BufWriter::new(std::io::stdout().lock());
                 let width = rows.iter().map(|r| r.label.len()).max().unwrap_or(0);
                 for r in &rows {
-                    if r.cached {
-                        println!("cached  {:width$}", r.label);
+                    let written = if r.cached {
+                        writeln!(out, "cached  {:width$}", r.label)
                     } else {
-                        println!("run     {:width$}  {}", r.label, r.reason);
+                        writeln!(out, "run     {:width$}  {}", r.label, r.reason)
+                    };
+                    if written.is_err() {
+                        return Ok(EXIT_OK);
                     }
                 }
                 let cached = rows.iter().filter(|r| r.cached).count();
-                println!(
+                let _ = writeln!(
+                    out,
                     "{} instances: {cached} cached, {} to run",
                     rows.len(),
                     rows.len() - cached
-                );
+                )
+                .and_then(|_| out.flush());
             }
             Ok(EXIT_OK)
         }
         Cmd::Lock { p } => {
             let (plan, ctx) = prepared(&cli, p).await?;
             let history = sched::CacheHistory::new(&ctx.store);
-            let rows = sched::preview(&ctx, &RunOptions::default(), &history);
+            let rows = sched::preview(&ctx, &RunOptions::default(), &history, true);
             let missing: Vec<&str> = rows
                 .iter()
                 .filter(|r| !r.cached)
@@ -498,7 +507,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
             let (plan, ctx) = prepared(&cli, p).await?;
             let path = lock::lock_path(&plan.pipeline.file);
             let lockfile = LockFile::read(&path).map_err(|e| Fail::invalid(format!("error: {e}\n  = help: `heddle run` writes it after a successful run; `heddle lock` writes it from the cache")))?;
-            let rows = sched::preview(&ctx, &RunOptions::default(), &lockfile);
+            let rows = sched::preview(&ctx, &RunOptions::default(), &lockfile, false);
             let labels: BTreeSet<&str> = rows.iter().map(|r| r.label.as_str()).collect();
             let removed: Vec<&str> = lockfile
                 .instances

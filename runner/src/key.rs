@@ -3,15 +3,16 @@
 //! A key is sha256 over a domain tag and the canonical JSON of [`KeyParts`]: one field per thing
 //! that can change a result, maps as `BTreeMap` so the encoding is canonical. The expanded parts
 //! are stored beside every action entry, so a miss is explained by diffing against the nearest
-//! earlier entry of the same stage ([`explain`]).
+//! earlier entry of the same stage ([`explain`], within a budget: see [`crate::explain`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-use heddle_cache::{ActionEntry, Digest};
+use heddle_cache::Digest;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use crate::explain::{diff, explain, explain_with, Earlier};
 use crate::model::value_text;
 use crate::render::Command;
 
@@ -109,6 +110,11 @@ pub enum Change {
     Env,
     Outputs,
     Version,
+    /// A param or matrix value too large to show changed (compared by size and digest).
+    TooLarge {
+        what: String,
+        name: String,
+    },
 }
 
 impl fmt::Display for Reason {
@@ -159,6 +165,9 @@ impl fmt::Display for Change {
             Change::Env => write!(f, "env changed"),
             Change::Outputs => write!(f, "outputs changed"),
             Change::Version => write!(f, "key format changed"),
+            Change::TooLarge { what, name } => {
+                write!(f, "{what} {name} changed (too large to show)")
+            }
         }
     }
 }
@@ -168,134 +177,10 @@ fn short_id(id: &str) -> String {
     s.chars().take(12).collect()
 }
 
-/// Everything that differs between an earlier entry's parts and the current ones.
-pub fn diff(old: &KeyParts, new: &KeyParts) -> Vec<Change> {
-    let mut out = Vec::new();
-    if old.version != new.version {
-        out.push(Change::Version);
-    }
-    diff_maps(&old.params, &new.params, |name, old, new| {
-        out.push(Change::Param { name, old, new })
-    });
-    diff_maps(&old.matrix, &new.matrix, |name, old, new| {
-        out.push(Change::Matrix { name, old, new })
-    });
-    let keys: std::collections::BTreeSet<&String> =
-        old.inputs.keys().chain(new.inputs.keys()).collect();
-    for k in keys {
-        if old.inputs.get(k) != new.inputs.get(k) {
-            out.push(Change::Input { name: k.clone() });
-        }
-    }
-    let files: std::collections::BTreeSet<&String> =
-        old.definition.keys().chain(new.definition.keys()).collect();
-    let changed: Vec<String> = files
-        .into_iter()
-        .filter(|f| old.definition.get(*f) != new.definition.get(*f))
-        .cloned()
-        .collect();
-    if !changed.is_empty() {
-        out.push(Change::Definition { files: changed });
-    }
-    let (oi, ni) = (old.executor.get("image_id"), new.executor.get("image_id"));
-    if oi != ni && oi.is_some() && ni.is_some() {
-        out.push(Change::Image {
-            old: oi.map(value_text).unwrap_or_default(),
-            new: ni.map(value_text).unwrap_or_default(),
-        });
-    } else if old.executor != new.executor {
-        out.push(Change::Executor);
-    }
-    let vars: std::collections::BTreeSet<&String> =
-        old.vars.keys().chain(new.vars.keys()).collect();
-    for k in vars {
-        if old.vars.get(k) != new.vars.get(k) {
-            out.push(Change::Var { name: k.clone() });
-        }
-    }
-    if old.env != new.env {
-        out.push(Change::Env);
-    }
-    if old.outputs != new.outputs {
-        out.push(Change::Outputs);
-    }
-    // The command embeds params and paths; report it only when nothing above explains it.
-    if out.is_empty() && old.command != new.command {
-        out.push(Change::Command);
-    }
-    out
-}
-
-fn diff_maps(
-    old: &BTreeMap<String, Value>,
-    new: &BTreeMap<String, Value>,
-    mut push: impl FnMut(String, Option<Value>, Option<Value>),
-) {
-    let keys: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
-    for k in keys {
-        let (o, n) = (old.get(k), new.get(k));
-        if o != n {
-            push(k.clone(), o.cloned(), n.cloned());
-        }
-    }
-}
-
-/// Earlier entries of one family, parsed once and grouped by matrix values, so explaining a
-/// miss costs a diff against the same instance's entries only (a 1,000-wide matrix would
-/// otherwise diff every instance against every entry).
-#[derive(Debug, Default)]
-pub struct Earlier {
-    by_matrix: std::collections::HashMap<String, Vec<KeyParts>>,
-}
-
-impl Earlier {
-    pub fn new(entries: &[ActionEntry]) -> Earlier {
-        let mut by_matrix: std::collections::HashMap<String, Vec<KeyParts>> = Default::default();
-        for e in entries {
-            if let Ok(p) = serde_json::from_value::<KeyParts>(e.key_parts.clone()) {
-                by_matrix.entry(matrix_key(&p.matrix)).or_default().push(p);
-            }
-        }
-        Earlier { by_matrix }
-    }
-}
-
-fn matrix_key(m: &BTreeMap<String, Value>) -> String {
-    serde_json::to_string(m).expect("matrix serialises")
-}
-
-/// Explain a miss: diff against the nearest earlier entry of the same instance (same stage,
-/// same matrix values). A stage that ran before but never with these matrix values is a new
-/// instance; comparing it with a sibling would mislead.
-pub fn explain_with(parts: &KeyParts, earlier: &Earlier) -> Reason {
-    let Some(same) = earlier.by_matrix.get(&matrix_key(&parts.matrix)) else {
-        return if earlier.by_matrix.is_empty() {
-            Reason::NeverRun
-        } else {
-            Reason::NewInstance
-        };
-    };
-    let mut best: Option<Vec<Change>> = None;
-    for old in same {
-        let changes = diff(old, parts);
-        if !changes.is_empty() && best.as_ref().is_none_or(|b| changes.len() < b.len()) {
-            best = Some(changes);
-        }
-    }
-    match best {
-        Some(changes) => Reason::Changed { changes },
-        None => Reason::NeverRun,
-    }
-}
-
-/// [`explain_with`] over raw entries (parses them; use [`Earlier`] when explaining many).
-pub fn explain(parts: &KeyParts, earlier: &[ActionEntry]) -> Reason {
-    explain_with(parts, &Earlier::new(earlier))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use heddle_cache::ActionEntry;
     use serde_json::json;
 
     fn parts() -> KeyParts {

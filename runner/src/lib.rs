@@ -10,7 +10,9 @@
 
 pub mod diag;
 pub mod exec;
+pub mod explain;
 pub mod host_pool;
+mod join;
 pub mod key;
 pub mod lock;
 pub mod model;
@@ -26,3 +28,4 @@ pub mod sandbox;
 pub mod sched;
 pub mod spec;
 pub mod template;
+pub mod vecmap;

@@ -309,6 +309,12 @@ pub fn load(file: &Path, opts: &LoadOptions) -> Result<Pipeline, LoadError> {
         path: file.to_path_buf(),
         source,
     })?;
+    load_str(file, text, opts)
+}
+
+/// [`load`] of a pipeline's text as if read from `file` (stage definitions are still read from
+/// the project root). The fuzz targets enter here.
+pub fn load_str(file: &Path, text: String, opts: &LoadOptions) -> Result<Pipeline, LoadError> {
     let source = Arc::new(Source::new(file, text));
     let spec: PipelineSpec = spec::parse(&source)?;
     let root = match &opts.root {

@@ -14,13 +14,16 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use serde_json::Value;
 
 use crate::diag::{Diagnostic, Diagnostics};
+use crate::join::{join, ProjectionIndex};
 use crate::model::{
     check_param, value_text, InputKind, Pipeline, RunTemplate, Selector, Stage, WithValue,
 };
 use crate::spec::GpuSpec;
 use crate::template::{Rendered, Template};
+use crate::vecmap::VecMap;
 
-pub type Matrix = BTreeMap<String, Value>;
+/// An instance's matrix values (a small sorted map: see [`crate::vecmap`]).
+pub type Matrix = VecMap<Value>;
 
 #[derive(Debug, Clone)]
 pub enum BoundInput {
@@ -49,7 +52,7 @@ pub struct Instance {
     /// For a `uses` stage: its resolved params. For an inline stage: the pipeline params its
     /// `run` refers to (only those, so an unrelated param change does not rerun it).
     pub params: BTreeMap<String, Value>,
-    pub inputs: BTreeMap<String, BoundInput>,
+    pub inputs: VecMap<BoundInput>,
     pub deps: Vec<usize>,
     /// The image reference, rendered, for container stages.
     pub image: Option<String>,
@@ -237,25 +240,7 @@ pub fn build(pipeline: Arc<Pipeline>) -> Result<Plan, Diagnostics> {
             continue;
         }
         for (cands, ukeys) in mapped.values() {
-            let mut next = Vec::new();
-            for a in &assigns {
-                for &u in cands {
-                    let um = &instances[u].matrix;
-                    if ukeys
-                        .iter()
-                        .all(|k| a.get(k).is_none_or(|v| Some(v) == um.get(k)))
-                    {
-                        let mut m = a.clone();
-                        for k in ukeys {
-                            m.insert(k.clone(), um[k].clone());
-                        }
-                        if !next.contains(&m) {
-                            next.push(m);
-                        }
-                    }
-                }
-            }
-            assigns = next;
+            assigns = join(&assigns, cands, ukeys, |u| &instances[u].matrix);
         }
         if assigns.is_empty() {
             errors.push(p.source.error(
@@ -270,9 +255,22 @@ pub fn build(pipeline: Arc<Pipeline>) -> Result<Plan, Diagnostics> {
             continue;
         }
 
+        // Each instance's partner per mapped input, found through an index on the keys the
+        // input contributes (every joined assignment has them all).
+        let partners: BTreeMap<&str, ProjectionIndex> = mapped
+            .iter()
+            .map(|(iname, (cands, ukeys))| {
+                let ix = ProjectionIndex::new(
+                    ukeys.iter().cloned().collect(),
+                    cands.iter().copied(),
+                    |u| &instances[u].matrix,
+                );
+                (*iname, ix)
+            })
+            .collect();
         for m in assigns {
             let id = instances.len();
-            let mut inputs = BTreeMap::new();
+            let mut inputs = VecMap::new();
             let mut deps = BTreeSet::new();
             for (iname, input) in &s.inputs {
                 let b = match &input.kind {
@@ -293,11 +291,9 @@ pub fn build(pipeline: Arc<Pipeline>) -> Result<Plan, Diagnostics> {
                         }
                     }
                     InputKind::Ref { output, .. } => {
-                        let (cands, ukeys) = &mapped[iname.as_str()];
-                        let from = cands
-                            .iter()
-                            .copied()
-                            .find(|&u| ukeys.iter().all(|k| instances[u].matrix.get(k) == m.get(k)))
+                        let from = partners[iname.as_str()]
+                            .matches(&m, |u| &instances[u].matrix)
+                            .next()
                             .expect("joined assignment has a partner");
                         deps.insert(from);
                         BoundInput::One {

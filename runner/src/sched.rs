@@ -21,7 +21,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use tokio::sync::Semaphore;
 
 use crate::exec::{base_env, Cancel, ContainerRequest, ExecOutcome, ExecRequest, Executor};
-use crate::key::{explain, KeyParts, Reason, KEY_VERSION};
+use crate::key::{explain_with, Earlier, KeyParts, Reason, KEY_VERSION};
 use crate::model::Stage;
 use crate::names::path_segment;
 use crate::plan::{member_dir, BoundInput, Plan};
@@ -174,7 +174,7 @@ impl Context {
                 .map(|(k, r)| (k.clone(), input_identity(r)))
                 .collect(),
             params: inst.params.clone(),
-            matrix: inst.matrix.clone(),
+            matrix: inst.matrix.to_btree(),
             vars,
             env: stage
                 .env
@@ -225,10 +225,10 @@ fn input_identity(r: &Resolved) -> Value {
 }
 
 /// Resolve an instance's inputs from finished upstreams, or say which upstream skips it.
-fn resolve_inputs(
+fn resolve_inputs<D: std::borrow::Borrow<Done>>(
     ctx: &Context,
     id: usize,
-    done: &[Option<Done>],
+    done: &[Option<D>],
 ) -> Result<BTreeMap<String, Resolved>, (Cause, bool)> {
     let plan = &ctx.plan;
     let inst = &plan.instances[id];
@@ -240,7 +240,7 @@ fn resolve_inputs(
                 digest: ctx.repo_inputs[rel],
             },
             BoundInput::One { from, output } => {
-                let d = done[*from].as_ref().expect("dependency finished");
+                let d: &Done = done[*from].as_ref().expect("dependency finished").borrow();
                 if d.status.status != Status::Ok {
                     return Err((cause_of(&d.status), d.status.tolerated));
                 }
@@ -252,7 +252,7 @@ fn resolve_inputs(
             BoundInput::Gather { members, output } => {
                 let mut ms = Vec::new();
                 for m in members {
-                    let d = done[*m].as_ref().expect("dependency finished");
+                    let d: &Done = done[*m].as_ref().expect("dependency finished").borrow();
                     if d.status.status != Status::Ok && !d.status.tolerated {
                         return Err((cause_of(&d.status), false));
                     }
@@ -293,7 +293,7 @@ pub struct PlanRow {
     pub key: Option<String>,
     /// The expanded key, when it could be computed.
     #[serde(skip)]
-    pub parts: Option<KeyParts>,
+    pub parts: Option<Box<KeyParts>>,
     /// The outputs the history knows for this key (a hit).
     #[serde(skip)]
     pub outputs: Option<BTreeMap<String, OutputEntry>>,
@@ -321,7 +321,7 @@ pub trait History {
 /// The action cache as history: every key ever recorded.
 pub struct CacheHistory<'a> {
     pub store: &'a Store,
-    families: std::sync::Mutex<BTreeMap<String, Vec<ActionEntry>>>,
+    families: std::sync::Mutex<BTreeMap<String, Earlier>>,
 }
 
 impl<'a> CacheHistory<'a> {
@@ -348,16 +348,26 @@ impl History for CacheHistory<'_> {
     }
     fn explain(&self, _label: &str, family: &str, parts: &KeyParts) -> Reason {
         let mut fams = self.families.lock().expect("families");
-        let earlier = fams
-            .entry(family.to_string())
-            .or_insert_with(|| self.store.actions_in_family(family).unwrap_or_default());
-        explain(parts, earlier)
+        // Condensed once per family: a whole matrix can miss at once.
+        let earlier = fams.entry(family.to_string()).or_insert_with(|| {
+            Earlier::new(&self.store.actions_in_family(family).unwrap_or_default())
+        });
+        explain_with(parts, earlier)
     }
 }
 
-pub fn preview(ctx: &Context, opts: &RunOptions, history: &dyn History) -> Vec<PlanRow> {
+/// A preview of every instance. `keep_parts` keeps each row's expanded key (`heddle lock` writes
+/// them); without it a row holds its digest only, so a million-instance preview does not hold
+/// a million expanded keys.
+pub fn preview(
+    ctx: &Context,
+    opts: &RunOptions,
+    history: &dyn History,
+    keep_parts: bool,
+) -> Vec<PlanRow> {
     let plan = &ctx.plan;
-    let mut known: Vec<Option<Done>> = vec![None; plan.instances.len()];
+    // Boxed: most slots stay empty in a large preview, and a `Done` is ~1 KB.
+    let mut known: Vec<Option<Box<Done>>> = vec![None; plan.instances.len()];
     let mut rows = Vec::with_capacity(plan.instances.len());
     for &id in &plan.order {
         let inst = &plan.instances[id];
@@ -368,7 +378,7 @@ pub fn preview(ctx: &Context, opts: &RunOptions, history: &dyn History) -> Vec<P
                 cached,
                 reason,
                 key: key.map(|k| k.to_string()),
-                parts,
+                parts: parts.filter(|_| keep_parts).map(Box::new),
                 outputs,
             };
         // First: a run would stop on this before anything else.
@@ -426,11 +436,13 @@ pub fn preview(ctx: &Context, opts: &RunOptions, history: &dyn History) -> Vec<P
         };
         match hit {
             Some(outputs) => {
-                known[id] = Some(Done {
-                    status: ok_status(&inst.label, &inst.matrix),
+                known[id] = Some(Box::new(Done {
+                    // Without its matrix: a preview only feeds statuses to keys, which do not
+                    // hold it, and a copy per instance adds up in a large preview.
+                    status: ok_status(&inst.label, &BTreeMap::new()),
                     outputs: outputs.clone(),
                     record: empty_record(stage),
-                });
+                }));
                 rows.push(row(
                     true,
                     Reason::Cached,
@@ -441,12 +453,12 @@ pub fn preview(ctx: &Context, opts: &RunOptions, history: &dyn History) -> Vec<P
             }
             None => {
                 if let Some(mut status) = history.recorded_failure(&inst.label, &key) {
-                    status.matrix = inst.matrix.clone();
-                    known[id] = Some(Done {
+                    status.matrix = inst.matrix.to_btree();
+                    known[id] = Some(Box::new(Done {
                         status,
                         outputs: BTreeMap::new(),
                         record: empty_record(stage),
-                    });
+                    }));
                     rows.push(row(true, Reason::Cached, Some(&key), Some(parts), None));
                     continue;
                 }
@@ -657,7 +669,7 @@ pub async fn run(ctx: Context, opts: RunOptions, events: UnboundedSender<Event>)
                     stderr_tail: None,
                     cause: Some(cause.clone()),
                     tolerated,
-                    matrix: inst.matrix.clone(),
+                    matrix: inst.matrix.to_btree(),
                 };
                 let mut record = empty_record(plan.stage_of(id));
                 record.status = status.clone();
@@ -1007,7 +1019,7 @@ async fn process(sh: &Arc<Shared>, id: usize, inputs: BTreeMap<String, Resolved>
                     .commits
                     .send(Commit::Action(Box::new(entry), key_lock.take()));
             }
-            let status = ok_status(&inst.label, &inst.matrix);
+            let status = ok_status(&inst.label, &inst.matrix.to_btree());
             record.status = status.clone();
             record.outputs = outputs.clone();
             let _ = sh.events.send(Event::Finished {
@@ -1057,7 +1069,7 @@ fn internal_failure(sh: &Shared, id: usize, what: &str) -> Done {
         stderr_tail: None,
         cause: None,
         tolerated: false,
-        matrix: inst.matrix.clone(),
+        matrix: inst.matrix.to_btree(),
     };
     let mut record = empty_record(sh.ctx.plan.stage_of(id));
     record.status = status.clone();
@@ -1089,7 +1101,7 @@ fn interrupted(inst: &crate::plan::Instance, record: InstanceRecord, sh: &Shared
             error: Some("run interrupted".into()),
         }),
         tolerated: false,
-        matrix: inst.matrix.clone(),
+        matrix: inst.matrix.to_btree(),
     };
     ended_before_start(inst, record, sh, status)
 }
@@ -1151,7 +1163,7 @@ async fn try_hit(
         Some((entry, paths))
     })()?;
     let (entry, paths) = restored;
-    let status = ok_status(&inst.label, &inst.matrix);
+    let status = ok_status(&inst.label, &inst.matrix.to_btree());
     record.status = status.clone();
     record.cached = true;
     record.reason = "cached".into();
@@ -1210,7 +1222,7 @@ async fn attempt_once(
         stderr_tail: tail,
         cause: None,
         tolerated: false,
-        matrix: inst.matrix.clone(),
+        matrix: inst.matrix.to_btree(),
     };
     let in_names: Vec<String> = inputs.keys().cloned().collect();
     let out_names: Vec<String> = stage.outputs.keys().cloned().collect();

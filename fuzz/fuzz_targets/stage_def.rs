@@ -1,0 +1,51 @@
+//! A stage definition (`stages/<name>/stage.toml`): parsed, then validated by loading a
+//! pipeline that uses it. None may panic.
+#![no_main]
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use heddle_runner::diag::Source;
+use heddle_runner::model::{load_str, LoadOptions};
+use heddle_runner::spec::{parse, StageDefSpec};
+use libfuzzer_sys::fuzz_target;
+
+fn root() -> &'static PathBuf {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("temp dir").keep();
+        std::fs::create_dir_all(dir.join("stages").join("fz")).expect("stage folder");
+        dir
+    })
+}
+
+const PIPELINE: &str = r#"
+[pipeline]
+name = "fz"
+[params]
+seed = 1
+[stages.a]
+uses = "fz"
+matrix = { k = [1, 2] }
+with = { seed = "{{ params.seed }}" }
+[stages.b]
+uses = "fz"
+inputs = { model = "a.onnx", calib = "a[*].onnx" }
+"#;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let root = root();
+    let file = root.join("stages").join("fz").join("stage.toml");
+    let _ = parse::<StageDefSpec>(&Source::new(&file, text));
+    std::fs::write(&file, text).expect("write stage.toml");
+    let opts = LoadOptions {
+        overrides: Vec::new(),
+        root: Some(root.clone()),
+    };
+    if let Ok(p) = load_str(&root.join("p.toml"), PIPELINE.to_string(), &opts) {
+        let _ = heddle_runner::plan::build(Arc::new(p));
+    }
+});

@@ -1,0 +1,185 @@
+//! A small sorted map for the per-instance maps of a plan (matrix values, bound inputs).
+//!
+//! A `BTreeMap` allocates a whole node (11 slots, ~630 bytes for `String → Value`) however few
+//! entries it holds, and a plan holds two such maps per instance: a million-instance matrix
+//! spent ~1.5 GB on them. These maps have a handful of entries, so a sorted `Vec` is as fast to
+//! search and costs only its entries. Iteration is in key order, like a `BTreeMap`, and it
+//! serialises as the same JSON map.
+
+use std::borrow::Borrow;
+use std::collections::BTreeMap;
+use std::ops::Index;
+
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct VecMap<V> {
+    /// Sorted by key, keys unique.
+    entries: Vec<(String, V)>,
+}
+
+impl<V> Default for VecMap<V> {
+    fn default() -> Self {
+        VecMap {
+            entries: Vec::new(),
+        }
+    }
+}
+
+impl<V> VecMap<V> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn find<Q>(&self, k: &Q) -> Result<usize, usize>
+    where
+        String: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.entries
+            .binary_search_by(|(key, _)| Borrow::<Q>::borrow(key).cmp(k))
+    }
+
+    pub fn get<Q>(&self, k: &Q) -> Option<&V>
+    where
+        String: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.find(k).ok().map(|i| &self.entries[i].1)
+    }
+
+    pub fn contains_key<Q>(&self, k: &Q) -> bool
+    where
+        String: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.find(k).is_ok()
+    }
+
+    /// Insert or replace; returns the value replaced.
+    pub fn insert(&mut self, k: String, v: V) -> Option<V> {
+        match self.find(k.as_str()) {
+            Ok(i) => Some(std::mem::replace(&mut self.entries[i].1, v)),
+            Err(i) => {
+                self.entries.insert(i, (k, v));
+                None
+            }
+        }
+    }
+
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&String, &V)> + ExactSizeIterator {
+        self.entries.iter().map(|(k, v)| (k, v))
+    }
+
+    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &String> + ExactSizeIterator {
+        self.entries.iter().map(|(k, _)| k)
+    }
+
+    pub fn values(&self) -> impl DoubleEndedIterator<Item = &V> + ExactSizeIterator {
+        self.entries.iter().map(|(_, v)| v)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+impl<V: Clone> VecMap<V> {
+    /// The same entries as a `BTreeMap` (for records and keys, whose types are fixed).
+    pub fn to_btree(&self) -> BTreeMap<String, V> {
+        self.entries.iter().cloned().collect()
+    }
+}
+
+impl<V, Q> Index<&Q> for VecMap<V>
+where
+    String: Borrow<Q>,
+    Q: Ord + ?Sized,
+{
+    type Output = V;
+    fn index(&self, k: &Q) -> &V {
+        self.get(k).expect("key present in VecMap")
+    }
+}
+
+impl<'a, V> IntoIterator for &'a VecMap<V> {
+    type Item = (&'a String, &'a V);
+    type IntoIter = std::iter::Map<
+        std::slice::Iter<'a, (String, V)>,
+        fn(&'a (String, V)) -> (&'a String, &'a V),
+    >;
+    fn into_iter(self) -> Self::IntoIter {
+        self.entries.iter().map(|(k, v)| (k, v))
+    }
+}
+
+impl<V> FromIterator<(String, V)> for VecMap<V> {
+    fn from_iter<I: IntoIterator<Item = (String, V)>>(iter: I) -> Self {
+        let mut m = VecMap::new();
+        for (k, v) in iter {
+            m.insert(k, v);
+        }
+        m
+    }
+}
+
+impl<V> From<BTreeMap<String, V>> for VecMap<V> {
+    fn from(b: BTreeMap<String, V>) -> Self {
+        // Already sorted and unique.
+        VecMap {
+            entries: b.into_iter().collect(),
+        }
+    }
+}
+
+impl<V: Serialize> Serialize for VecMap<V> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.entries.len()))?;
+        for (k, v) in &self.entries {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    #[test]
+    fn behaves_like_a_btreemap() {
+        let pairs = [
+            ("p", json!(1)),
+            ("c", json!("x")),
+            ("k", json!(true)),
+            ("c", json!(2)),
+        ];
+        let mut b = BTreeMap::new();
+        let mut v = VecMap::new();
+        for (k, val) in pairs {
+            assert_eq!(
+                v.insert(k.to_string(), val.clone()),
+                b.insert(k.to_string(), val)
+            );
+        }
+        assert!(v.iter().eq(b.iter()));
+        assert_eq!(v.len(), 3);
+        assert_eq!(v.get("c"), Some(&json!(2)));
+        assert_eq!(v["k"], json!(true));
+        assert!(!v.contains_key("z") && v.get("z").is_none());
+        assert_eq!(v.to_btree(), b);
+        assert_eq!(VecMap::from(b.clone()), v);
+        assert_eq!(
+            serde_json::to_string(&v).unwrap(),
+            serde_json::to_string(&b).unwrap()
+        );
+        let collected: VecMap<Value> = b.into_iter().rev().collect();
+        assert_eq!(collected, v);
+    }
+}
