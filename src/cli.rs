@@ -345,6 +345,7 @@ fn load_plan(cli: &Cli, p: &PipelineArgs) -> Result<Plan, Fail> {
         &LoadOptions {
             overrides,
             root: cli.root.clone(),
+            stage_lib: Some(cache_dir(cli).join("stage-lib")),
         },
     )?;
     plan::build(Arc::new(pipeline)).map_err(|d| Fail::invalid(d.to_string()))
@@ -766,6 +767,7 @@ pub async fn rerun(
         &LoadOptions {
             overrides: sets.to_vec(),
             root: None,
+            stage_lib: Some(store.root().join("stage-lib")),
         },
     )?;
     let plan = Arc::new(plan::build(Arc::new(pipeline)).map_err(|d| Fail::invalid(d.to_string()))?);

@@ -23,4 +23,5 @@ pub mod render;
 pub mod sandbox;
 pub mod sched;
 pub mod spec;
+pub mod stage_lib;
 pub mod template;

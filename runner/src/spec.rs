@@ -85,6 +85,8 @@ pub struct RawStage {
     pub workdir: Option<String>,
     pub pull: Option<Spanned<String>>,
     pub docker_host: Option<String>,
+    /// In a definition: helper files (relative to its folder) copied beside its scripts.
+    pub include: Option<Vec<Spanned<String>>>,
 }
 
 /// `run = "shell string"` or `run = ["exec", "form"]`.
