@@ -22,7 +22,11 @@ fn walk(dir: &Path, base: &Path, out: &mut Vec<(String, PathBuf)>) {
         if p.is_dir() {
             walk(&p, base, out);
         } else {
-            let rel = p.strip_prefix(base).unwrap().to_string_lossy().replace('\\', "/");
+            let rel = p
+                .strip_prefix(base)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
             out.push((rel, p));
         }
     }
@@ -40,7 +44,10 @@ fn main() {
     for (_, p) in &files {
         println!("cargo:rerun-if-changed={}", p.display());
     }
-    let mut dirs: Vec<PathBuf> = files.iter().filter_map(|(_, p)| p.parent().map(Path::to_path_buf)).collect();
+    let mut dirs: Vec<PathBuf> = files
+        .iter()
+        .filter_map(|(_, p)| p.parent().map(Path::to_path_buf))
+        .collect();
     dirs.dedup();
     for d in dirs {
         println!("cargo:rerun-if-changed={}", d.display());
@@ -55,7 +62,12 @@ fn main() {
         hasher.update([0u8]);
         hasher.update((bytes.len() as u64).to_le_bytes());
         hasher.update(&bytes);
-        writeln!(f, "    ({rel:?}, include_bytes!({:?})),", p.display().to_string()).unwrap();
+        writeln!(
+            f,
+            "    ({rel:?}, include_bytes!({:?})),",
+            p.display().to_string()
+        )
+        .unwrap();
     }
     writeln!(f, "];").unwrap();
     writeln!(f, "pub const HASH: &str = {:?};", hex(&hasher.finalize())).unwrap();

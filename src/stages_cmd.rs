@@ -61,14 +61,22 @@ pub fn show(root: &Path, name: &str, lib_base: &Path) -> Result<String, Fail> {
             Some(d) => format!(" = {}", value_text(&toml_to_json(d.get_ref()))),
             None => " (required)".to_string(),
         };
-        let desc = p.description.as_deref().map(|d| format!("  {d}")).unwrap_or_default();
+        let desc = p
+            .description
+            .as_deref()
+            .map(|d| format!("  {d}"))
+            .unwrap_or_default();
         let _ = writeln!(out, "  {}: {}{default}{desc}", k.get_ref(), p.ty.get_ref());
     }
     out.push_str("inputs:\n");
     for (k, i) in &def.inputs {
         let i = i.get_ref();
         let opt = if i.optional { " (optional)" } else { "" };
-        let desc = i.description.as_deref().map(|d| format!("  {d}")).unwrap_or_default();
+        let desc = i
+            .description
+            .as_deref()
+            .map(|d| format!("  {d}"))
+            .unwrap_or_default();
         let _ = writeln!(out, "  {}{opt}{desc}", k.get_ref());
     }
     out.push_str("outputs:\n");
@@ -137,9 +145,8 @@ fn load(root: &Path, name: &str, lib_base: &Path) -> Result<StageDefSpec, Fail> 
             ))
         })?;
     let file = dir.join("stage.toml");
-    let text = std::fs::read_to_string(&file).map_err(|e| {
-        Fail::invalid(format!("error: failed to read {}: {e}", file.display()))
-    })?;
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| Fail::invalid(format!("error: failed to read {}: {e}", file.display())))?;
     spec::parse(&Source::new(&file, text)).map_err(|d| Fail::invalid(d.to_string()))
 }
 

@@ -548,7 +548,10 @@ impl Loader {
         let r = raw.get_ref();
         let sname = name.get_ref().clone();
         if r.include.is_some() {
-            self.err(raw.span(), "`include` belongs in a stage definition's [stage]");
+            self.err(
+                raw.span(),
+                "`include` belongs in a stage definition's [stage]",
+            );
         }
         let (def, def_raw) = match &r.uses {
             Some(u) => {

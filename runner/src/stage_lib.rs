@@ -83,7 +83,10 @@ pub fn definitions() -> Vec<String> {
 /// Where a `uses` name's definition folder is: the project's `stages/NAME` when it holds a
 /// `stage.toml`, else the library's (extracted under `base`), else `None`.
 pub fn locate(root: &Path, name: &str, base: &Path) -> Result<Option<PathBuf>, StageLibError> {
-    if name.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+    if name
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..")
+    {
         return Ok(None);
     }
     let project = root.join("stages").join(name);
@@ -291,7 +294,10 @@ mod tests {
         let own = root.path().join("stages/onnx/author");
         std::fs::create_dir_all(&own).unwrap();
         std::fs::write(own.join("stage.toml"), "x").unwrap();
-        assert_eq!(locate(root.path(), "onnx/author", &base).unwrap(), Some(own));
+        assert_eq!(
+            locate(root.path(), "onnx/author", &base).unwrap(),
+            Some(own)
+        );
         assert_eq!(locate(root.path(), "../x", &base).unwrap(), None);
         assert_eq!(locate(root.path(), "no/such", &base).unwrap(), None);
     }
