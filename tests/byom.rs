@@ -132,3 +132,103 @@ fn foreign_model_from_an_empty_folder() {
     ]);
     assert!(again.contains("0 ran"), "{again}");
 }
+
+fn heddle_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_heddle"))
+        .args(args)
+        .current_dir(dir)
+        .env("HEDDLE_CACHE_DIR", dir.join("cache"))
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn stages_show_prints_typed_params_inputs_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join(".heddle")).unwrap();
+    let (code, out, _) = heddle_in(dir.path(), &["stages", "show", "eval/compare"]);
+    assert_eq!(code, 0);
+    let body = out.split_once("includes:").unwrap().1;
+    assert_eq!(
+        body,
+        " ../../lib/heddle_stage.py
+params:
+  title: string = Float vs quantised contexts on held-out images
+inputs:
+  compiled (optional)  optional gather of compiled models, e.g. compile[*].model
+  float  the float ONNX model (onnx/import or onnx/author)
+  heldout  held-out images, float32 NHWC .npy (calib/images)
+  meta  its meta.json (input/output names, NCHW shape)
+  quant  gather of the quantised models, e.g. optimize[*].model
+outputs:
+  plots: eval.plots.json
+  summary: eval.json
+  table: eval.md
+"
+    );
+    let (code, out, _) = heddle_in(dir.path(), &["stages", "show", "onnx/import"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("  batch: int = 1  size of a symbolic first (batch) axis not named in dims\n"),
+        "{out}"
+    );
+    assert!(out.contains("  dims: table = {}  "), "{out}");
+    let (code, _, err) = heddle_in(dir.path(), &["stages", "show", "no/such"]);
+    assert_eq!(
+        (code, err.as_str()),
+        (
+            2,
+            "error: no stage definition `no/such` (see `heddle stages list`)\n"
+        )
+    );
+}
+
+#[test]
+fn stages_list_project_first_then_library() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join(".heddle")).unwrap();
+    let own = dir.path().join("stages/onnx/import");
+    std::fs::create_dir_all(&own).unwrap();
+    std::fs::write(
+        own.join("stage.toml"),
+        "[stage]\ndescription = \"My own importer. More.\"\nrun = \"true\"\n",
+    )
+    .unwrap();
+    let (code, out, err) = heddle_in(dir.path(), &["stages", "list"]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "onnx/import    project  My own importer");
+    assert!(lines.contains(&"ort/compile    library  The ORT analogue of compiling to a HEF: the quantised model after onnxruntime graph optimisation (OR…"), "{out}");
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("onnx/import "))
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn init_refuses_to_overwrite_and_names_examples() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = heddle_in(dir.path(), &["init", "--example", "nope"]);
+    assert_eq!(
+        (code, err.as_str()),
+        (
+            2,
+            "error: no example `nope` (examples: compile-onnx, mezo-ort)\n"
+        )
+    );
+    assert_eq!(heddle_in(dir.path(), &["init"]).0, 0);
+    let (code, _, err) = heddle_in(dir.path(), &["init"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.ends_with("exists; heddle init writes only new files\n"),
+        "{err}"
+    );
+}
