@@ -3,18 +3,16 @@
 frozen base evaluated on the Hailo device through HailoRT's InferModel API (hailo_context.py). The float reference
 is NUMPY_FLOAT (the author's weights in numpy), since the device host need not have the DFC.
 
-The MeZO code is mezo/probe's (mezo.py, probe.py), read from ../../mezo/probe relative to this folder: this stage
-runs on the host that holds the device (host executor; the folder is not mounted into a container) and has
-cache = false, so that cross-folder read never enters a cache key. Documented API; untested on real hardware.
+The MeZO code is mezo/probe's (mezo.py, probe.py, contexts.py, entry_protocol.py): the definition includes those
+files, so heddle copies them beside this script and their bytes enter this stage's key. Documented API; untested on
+real hardware.
 """
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROBE = os.path.normpath(os.path.join(HERE, "..", "..", "mezo", "probe"))
-for p in (HERE, PROBE):
-    if p not in sys.path:
-        sys.path.insert(0, p)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
 
 import argparse  # noqa: E402
 import traceback  # noqa: E402
