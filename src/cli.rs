@@ -70,6 +70,19 @@ enum Cmd {
         #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
         progress: ProgressMode,
     },
+    /// The stage definitions `uses` can name: the project's `stages/`, then heddle's library.
+    Stages {
+        #[command(subcommand)]
+        cmd: StagesCmd,
+    },
+    /// Scaffold a project in DIR: `.heddle/`, `.gitignore`, `pipelines/EXAMPLE.toml`.
+    Init {
+        /// compile-onnx (any ONNX + images) or mezo-ort.
+        #[arg(long, default_value = "compile-onnx")]
+        example: String,
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
     /// Say, per instance, whether it is cached or why it must run.
     Plan {
         #[command(flatten)]
@@ -345,6 +358,7 @@ fn load_plan(cli: &Cli, p: &PipelineArgs) -> Result<Plan, Fail> {
         &LoadOptions {
             overrides,
             root: cli.root.clone(),
+            stage_lib: Some(cache_dir(cli).join("stage-lib")),
         },
     )?;
     plan::build(Arc::new(pipeline)).map_err(|d| Fail::invalid(d.to_string()))
@@ -356,8 +370,31 @@ fn stat_cache(plan: &Plan) -> Arc<StatCache> {
     ))
 }
 
+#[derive(Subcommand, Debug)]
+enum StagesCmd {
+    /// Every definition: name, origin (project or library), first line of its description.
+    List,
+    /// One definition: params (type, default, description), inputs, outputs.
+    Show { name: String },
+}
+
 async fn dispatch(cli: Cli) -> Result<i32, Fail> {
+    let lib_base = || cache_dir(&cli).join("stage-lib");
     match &cli.cmd {
+        Cmd::Stages { cmd } => {
+            let out = match cmd {
+                StagesCmd::List => crate::stages_cmd::list(&project_root(&cli), &lib_base())?,
+                StagesCmd::Show { name } => {
+                    crate::stages_cmd::show(&project_root(&cli), name, &lib_base())?
+                }
+            };
+            print!("{out}");
+            Ok(0)
+        }
+        Cmd::Init { example, dir } => {
+            print!("{}", crate::stages_cmd::init(dir, example)?);
+            Ok(0)
+        }
         Cmd::Run {
             p,
             jobs,
@@ -795,6 +832,7 @@ pub async fn rerun(
         &LoadOptions {
             overrides: sets.to_vec(),
             root: None,
+            stage_lib: Some(store.root().join("stage-lib")),
         },
     )?;
     let plan = Arc::new(plan::build(Arc::new(pipeline)).map_err(|d| Fail::invalid(d.to_string()))?);

@@ -11,6 +11,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod cli;
 mod logbook;
 mod report;
+mod stages_cmd;
 
 fn main() {
     // `heddle show --json | head` should end quietly, like any unix tool, not panic on EPIPE.

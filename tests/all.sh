@@ -28,6 +28,15 @@ if [[ ! -x "$venv/bin/pytest" ]]; then
   "$venv/bin/pip" install -q --disable-pip-version-check -r stages/requirements-ort.txt pytest
 fi
 
+# Bring-your-own-model test (tests/byom.rs): a real ONNX model and real images that PyPI packages ship in their
+# wheels. Only their files are used, so no dependencies are installed with them.
+if ! ls "$venv"/lib/python*/site-packages/rapidocr_onnxruntime/models >/dev/null 2>&1 \
+   || ! ls "$venv"/lib/python*/site-packages/skimage/data >/dev/null 2>&1; then
+  echo "== foreign model and images for tests/byom.rs"
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps rapidocr-onnxruntime==1.4.4 scikit-image==0.26.0
+fi
+export HEDDLE_REQUIRE_BYOM=1
+
 if docker info >/dev/null 2>&1; then
   echo "== test images"
   bash tests/images/build-busybox.sh

@@ -27,5 +27,6 @@ pub mod render;
 pub mod sandbox;
 pub mod sched;
 pub mod spec;
+pub mod stage_lib;
 pub mod template;
 pub mod vecmap;

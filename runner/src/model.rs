@@ -11,6 +11,8 @@ use std::time::Duration;
 use serde_json::Value;
 use toml::Spanned;
 
+use heddle_cache::error_chain;
+
 use crate::diag::{Diagnostic, Diagnostics, Source};
 use crate::spec::{self, GpuSpec, InputSpec, PipelineSpec, RawStage, RunSpec, StageDefSpec};
 use crate::template::Template;
@@ -268,6 +270,9 @@ pub struct LoadOptions {
     pub overrides: Vec<(String, String)>,
     /// Overrides the discovered project root.
     pub root: Option<PathBuf>,
+    /// Where the shipped stage library and included definitions are extracted
+    /// ([`crate::stage_lib`]); default `<root>/.heddle/stage-lib`.
+    pub stage_lib: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -323,6 +328,10 @@ pub fn load_str(file: &Path, text: String, opts: &LoadOptions) -> Result<Pipelin
     };
     Loader {
         src: source.clone(),
+        lib_base: opts
+            .stage_lib
+            .clone()
+            .unwrap_or_else(|| crate::stage_lib::default_base(&root)),
         root,
         errors: Vec::new(),
         defs: BTreeMap::new(),
@@ -333,6 +342,7 @@ pub fn load_str(file: &Path, text: String, opts: &LoadOptions) -> Result<Pipelin
 struct Loader {
     src: Arc<Source>,
     root: PathBuf,
+    lib_base: PathBuf,
     errors: Vec<Diagnostic>,
     defs: BTreeMap<String, Option<Arc<StageDef>>>,
 }
@@ -422,7 +432,17 @@ impl Loader {
         for (k, v) in &spec.envs {
             let e = v.get_ref();
             let req = e.requirements.get_ref();
-            let path = self.root.join(req);
+            let mut path = self.root.join(req);
+            if !path.is_file() {
+                // `stages/…` files a project does not have come from the shipped library.
+                if let Some(rel) = req.strip_prefix("stages/") {
+                    match crate::stage_lib::locate_file(rel, &self.lib_base) {
+                        Ok(Some(p)) => path = p,
+                        Ok(None) => {}
+                        Err(err) => self.err(e.requirements.span(), error_chain(&err)),
+                    }
+                }
+            }
             if !path.is_file() {
                 self.err_help(
                     e.requirements.span(),
@@ -517,6 +537,9 @@ impl Loader {
         if !is_def && r.run.is_some() {
             bad.push("run");
         }
+        if !is_def && r.include.is_some() {
+            bad.push("include");
+        }
         for k in bad {
             self.err(raw.span(), format!("`{k}` is not allowed in {what}"));
         }
@@ -535,6 +558,12 @@ impl Loader {
     ) -> Option<Stage> {
         let r = raw.get_ref();
         let sname = name.get_ref().clone();
+        if r.include.is_some() {
+            self.err(
+                raw.span(),
+                "`include` belongs in a stage definition's [stage]",
+            );
+        }
         let (def, def_raw) = match &r.uses {
             Some(u) => {
                 let (d, raw) = self.def(u)?;
@@ -1091,16 +1120,26 @@ impl Loader {
     /// Load (once) the definition named by `uses`.
     fn def(&mut self, uses: &Spanned<String>) -> Option<(Arc<StageDef>, Spanned<RawStage>)> {
         let name = uses.get_ref();
-        let dir = self.root.join("stages").join(name);
+        let dir = match crate::stage_lib::locate(&self.root, name, &self.lib_base) {
+            Ok(Some(dir)) => dir,
+            Ok(None) => {
+                let expected = self.root.join("stages").join(name).join("stage.toml");
+                self.err_help(
+                    uses.span(),
+                    format!("no stage definition `{name}`"),
+                    format!(
+                        "expected {}, or one of the shipped definitions (`heddle stages list`)",
+                        expected.display()
+                    ),
+                );
+                return None;
+            }
+            Err(e) => {
+                self.err(uses.span(), error_chain(&e));
+                return None;
+            }
+        };
         let file = dir.join("stage.toml");
-        if name.contains("..") || !file.is_file() {
-            self.err_help(
-                uses.span(),
-                format!("no stage definition `{name}`"),
-                format!("expected {}", file.display()),
-            );
-            return None;
-        }
         let text = match std::fs::read_to_string(&file) {
             Ok(t) => t,
             Err(e) => {
@@ -1191,6 +1230,18 @@ impl Loader {
                 "a stage definition needs `run` in [stage]",
             ));
         }
+        let dir = match &st.include {
+            Some(inc) if errs.is_empty() => {
+                match crate::stage_lib::resolve_includes(&dir, inc, &source, &self.lib_base) {
+                    Ok(d) => d,
+                    Err(d) => {
+                        errs.push(d);
+                        dir
+                    }
+                }
+            }
+            _ => dir,
+        };
         let failed = !errs.is_empty();
         self.errors.extend(errs);
         if failed {

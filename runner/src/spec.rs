@@ -89,6 +89,8 @@ pub struct RawStage {
     /// How the sandbox reaches the container: "auto" (bind mounts for a local engine, the
     /// archive API otherwise), "bind" or "archive".
     pub transfer: Option<Spanned<String>>,
+    /// In a definition: helper files (relative to its folder) copied beside its scripts.
+    pub include: Option<Vec<Spanned<String>>>,
 }
 
 /// `run = "shell string"` or `run = ["exec", "form"]`.

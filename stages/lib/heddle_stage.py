@@ -1,10 +1,10 @@
 """heddle_stage — the helpers every python stage script shares (one file, not one copy per stage).
 
-How a stage gets it, until stage definitions can `include` shared files: the definition declares an input
-`helpers`, every pipeline binds it to this file (`helpers = { path = "stages/lib/heddle_stage.py" }`), and the script
-loads it from the path heddle renders for `{{ in.helpers }}` with `load(path)` below. Being an input, its bytes enter
-every cache key of every stage that uses it (a change here reruns them, and `heddle status` says `input helpers
-changed`), and heddle mounts it into containers like any input — the stage folder alone is all a container sees.
+How a stage gets it: its definition says `[stage] include = ["../../lib/heddle_stage.py"]`; heddle copies this file
+beside the stage's scripts (a content-addressed copy of the definition folder, which `{{ stage.dir }}` then names, on the
+host and in a container alike), so a script does `import heddle_stage` from its own folder. Its bytes enter the key of
+every stage that includes it, as the definition's own files do (`heddle status` says `definition changed:
+heddle_stage.py`).
 
 Standard library only: it runs in the DFC image, on a Windows device host and in the ORT env alike.
 """
@@ -46,13 +46,3 @@ def sdk_identity(module="hailo_sdk_client"):
         print(f"[heddle] {ident['test_double']}: {module} is the TEST DOUBLE (tests/images/dfc-double); "
               "outputs check the call sequence only", file=sys.stderr)
     return ident
-
-
-def load(path):
-    """Import this file from a path (what a stage script does with `--helpers {{ in.helpers }}`)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("heddle_stage", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    sys.modules["heddle_stage"] = mod
-    return mod

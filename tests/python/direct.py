@@ -16,7 +16,6 @@ import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STAGES = os.path.join(ROOT, "stages")
-HELPERS = os.path.join(STAGES, "lib", "heddle_stage.py")
 
 
 def text(v):
@@ -48,9 +47,8 @@ def run_stage(uses, label, outdir, inputs=None, with_=None, python=None, extra_e
         raise ValueError(f"{uses}: params without value: {missing}")
     os.makedirs(outdir, exist_ok=True)
     inputs = dict(inputs or {})
-    # Every pipeline binds the shared helpers file to `helpers`; so does this harness.
-    if "helpers" in spec.get("inputs", {}) and "helpers" not in inputs:
-        inputs["helpers"] = HELPERS
+    # heddle copies a definition's `include` files beside its scripts; here their folders go on PYTHONPATH.
+    include_dirs = [os.path.dirname(os.path.normpath(os.path.join(d, i))) for i in spec["stage"].get("include", [])]
     env = {"stage.dir": d}
     env.update({f"params.{k}": v for k, v in params.items()})
     for k, v in inputs.items():
@@ -67,6 +65,8 @@ def run_stage(uses, label, outdir, inputs=None, with_=None, python=None, extra_e
     if os.path.exists(err_file):
         os.remove(err_file)
     penv = dict(os.environ, HEDDLE_ERROR_FILE=err_file, HEDDLE_INSTANCE=label, **(extra_env or {}))
+    if include_dirs:
+        penv["PYTHONPATH"] = os.pathsep.join(include_dirs + [penv.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     p = subprocess.run(argv, env=penv, capture_output=True, text=True, timeout=timeout)
     status = {"label": label, "status": "ok" if p.returncode == 0 else "failed", "exit_code": p.returncode,
               "stderr_tail": p.stderr[-2000:]}

@@ -7,19 +7,9 @@ An SDK exception is written as {class, message} to $HEDDLE_ERROR_FILE.
 """
 import argparse
 import hashlib
-import importlib.util
 import json
 import sys
 import traceback
-
-
-def load_helpers(path):
-    """stages/lib/heddle_stage.py, bound as this stage's `helpers` input (until definitions can include files)."""
-    spec = importlib.util.spec_from_file_location("heddle_stage", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 
 def main(argv=None):
@@ -29,9 +19,8 @@ def main(argv=None):
     ap.add_argument("--out-hef", required=True)
     ap.add_argument("--out-har", required=True)
     ap.add_argument("--out-report", required=True)
-    ap.add_argument("--helpers", required=True, help="stages/lib/heddle_stage.py")
     a = ap.parse_args(argv)
-    hs = load_helpers(a.helpers)
+    import heddle_stage as hs  # included by the definition: beside this script
     try:
         hs.ensure_writable_home()
         from hailo_sdk_client import ClientRunner

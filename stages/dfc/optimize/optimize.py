@@ -27,7 +27,6 @@ never cached under the requested level. An exception inside the SDK is recorded 
 $HEDDLE_ERROR_FILE. Untested against the real DFC until someone runs it there.
 """
 import argparse
-import importlib.util
 import json
 import os
 import re
@@ -38,14 +37,6 @@ import traceback
 
 class DegradedOptimization(RuntimeError):
     pass
-
-
-def load_helpers(path):
-    """stages/lib/heddle_stage.py, bound as this stage's `helpers` input (until definitions can include files)."""
-    spec = importlib.util.spec_from_file_location("heddle_stage", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 class CaptureFds:
@@ -181,11 +172,10 @@ def main(argv=None):
     ap.add_argument("--calibset-size", type=int, default=1024)
     ap.add_argument("--model-script", default="full", choices=["full", "precision-only"])
     ap.add_argument("--cuda-visible-devices", default="0", help="set before the SDK loads; '' leaves it as it is")
-    ap.add_argument("--helpers", required=True, help="stages/lib/heddle_stage.py")
     ap.add_argument("--out-har", required=True)
     ap.add_argument("--out-report", required=True)
     a = ap.parse_args(argv)
-    hs = load_helpers(a.helpers)
+    import heddle_stage as hs  # included by the definition: beside this script
     try:
         rep = optimize(hs, a.har, a.calib, a.hw_arch, a.precision, a.level, a.compression, a.batch_size,
                        a.calibset_size, a.out_har, a.model_script, a.cuda_visible_devices)

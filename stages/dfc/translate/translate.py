@@ -10,18 +10,9 @@ against a test double that rejects a mismatch. An SDK exception is written as {c
 $HEDDLE_ERROR_FILE and the stage exits 1.
 """
 import argparse
-import importlib.util
 import json
 import sys
 import traceback
-
-
-def load_helpers(path):
-    """stages/lib/heddle_stage.py, bound as this stage's `helpers` input (until definitions can include files)."""
-    spec = importlib.util.spec_from_file_location("heddle_stage", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def translate_args(meta):
@@ -51,11 +42,10 @@ def main(argv=None):
     ap.add_argument("--meta", required=True)
     ap.add_argument("--hw-arch", default="hailo10h")
     ap.add_argument("--net-name", default="mezo")
-    ap.add_argument("--helpers", required=True, help="stages/lib/heddle_stage.py")
     ap.add_argument("--out-har", required=True)
     ap.add_argument("--out-report", required=True)
     a = ap.parse_args(argv)
-    hs = load_helpers(a.helpers)
+    import heddle_stage as hs  # included by the definition: beside this script
     try:
         with open(a.meta) as f:
             meta = json.load(f)

@@ -19,7 +19,6 @@ power_supported, power_w) plus the fields above. Follows the documented CLI; unt
 runs it there (checked here against a hailortcli test double).
 """
 import argparse
-import importlib.util
 import json
 import os
 import re
@@ -32,14 +31,6 @@ import traceback
 
 class HailoCliError(RuntimeError):
     pass
-
-
-def load_helpers(path):
-    """stages/lib/heddle_stage.py, bound as this stage's `helpers` input (until definitions can include files)."""
-    spec = importlib.util.spec_from_file_location("heddle_stage", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def parse_identify(text):
@@ -198,10 +189,9 @@ def main(argv=None):
     ap.add_argument("--hailortcli", default="hailortcli")
     ap.add_argument("--measure-power", default="true")
     ap.add_argument("--measure-current", default="true")
-    ap.add_argument("--helpers", required=True, help="stages/lib/heddle_stage.py")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    hs = load_helpers(a.helpers)
+    import heddle_stage as hs  # included by the definition: beside this script
     try:
         out = deploy(a)
     except Exception as e:

@@ -3,34 +3,23 @@
 frozen base evaluated on the Hailo device through HailoRT's InferModel API (hailo_context.py). The float reference
 is NUMPY_FLOAT (the author's weights in numpy), since the device host need not have the DFC.
 
-The MeZO code is mezo/probe's (mezo.py, probe.py), read from ../../mezo/probe relative to this folder: this stage
-runs on the host that holds the device (host executor; the folder is not mounted into a container) and has
-cache = false, so that cross-folder read never enters a cache key. Documented API; untested on real hardware.
+The MeZO code is mezo/probe's (mezo.py, probe.py, contexts.py, entry_protocol.py): the definition includes those
+files, so heddle copies them beside this script and their bytes enter this stage's key. Documented API; untested on
+real hardware.
 """
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROBE = os.path.normpath(os.path.join(HERE, "..", "..", "mezo", "probe"))
-for p in (HERE, PROBE):
-    if p not in sys.path:
-        sys.path.insert(0, p)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
 
 import argparse  # noqa: E402
-import importlib.util  # noqa: E402
 import traceback  # noqa: E402
 
 import probe  # noqa: E402
 from hailo_context import HailoContext, check_platform  # noqa: E402
 from mezo import NumpyFloatContext  # noqa: E402
-
-
-def load_helpers(path):
-    """stages/lib/heddle_stage.py, bound as this stage's `helpers` input (until definitions can include files)."""
-    spec = importlib.util.spec_from_file_location("heddle_stage", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def main(argv=None):
@@ -39,10 +28,9 @@ def main(argv=None):
     ap.add_argument("--weights", required=True)
     ap.add_argument("--timeout-ms", type=int, default=10000)
     ap.add_argument("--hailortcli", default="hailortcli", help="to cross-check hailo_platform's version")
-    ap.add_argument("--helpers", required=True, help="stages/lib/heddle_stage.py")
     probe.common_args(ap)
     a = ap.parse_args(argv)
-    hs = load_helpers(a.helpers)
+    import heddle_stage as hs  # included by the definition: beside this script
     try:
         # Fail before any work when hailo_platform is missing, old, or not HailoRT's version.
         platform = check_platform(a.hailortcli)

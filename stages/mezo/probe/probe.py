@@ -30,15 +30,6 @@ import numpy as np  # noqa: E402
 import mezo  # noqa: E402
 
 
-def load_helpers(path):
-    """stages/lib/heddle_stage.py, bound as this stage's `helpers` input (until definitions can include files)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("heddle_stage", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _clean(v):
     if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
         return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
@@ -180,10 +171,9 @@ def main(argv=None):
     ap.add_argument("--weights", help="weights.npz from onnx/author (NUMPY_FLOAT)")
     ap.add_argument("--hw-arch", default="hailo10h")
     ap.add_argument("--threads", type=int, default=1, help="ORT intra-op threads (1 keeps sums in one order)")
-    ap.add_argument("--helpers", required=True, help="stages/lib/heddle_stage.py")
     common_args(ap)
     a = ap.parse_args(argv)
-    hs = load_helpers(a.helpers)
+    import heddle_stage as hs  # included by the definition: beside this script
     from contexts import make_context
     fref = a.float_ref
     if fref in ("", "auto"):

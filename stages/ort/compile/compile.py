@@ -9,23 +9,13 @@ import traceback
 
 
 
-def load_helpers(path):
-    """stages/lib/heddle_stage.py, bound as this stage's `helpers` input (until definitions can include files)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("heddle_stage", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", required=True)
     ap.add_argument("--out-model", required=True)
     ap.add_argument("--out-report", required=True)
-    ap.add_argument("--helpers", required=True, help="stages/lib/heddle_stage.py")
     a = ap.parse_args(argv)
-    hs = load_helpers(a.helpers)
+    import heddle_stage as hs  # included by the definition: beside this script
     try:
         import onnx
         import onnxruntime as ort

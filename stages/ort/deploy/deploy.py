@@ -65,24 +65,14 @@ def bench(model, seconds, threads, warmup=20):
 
 
 
-def load_helpers(path):
-    """stages/lib/heddle_stage.py, bound as this stage's `helpers` input (until definitions can include files)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("heddle_stage", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--helpers", required=True, help="stages/lib/heddle_stage.py")
     a = ap.parse_args(argv)
-    hs = load_helpers(a.helpers)
+    import heddle_stage as hs  # included by the definition: beside this script
     try:
         b = bench(a.model, a.seconds, a.threads)
     except Exception as e:

@@ -19,15 +19,6 @@ import numpy as np
 PRECISIONS = {"a8_w8": ("QUInt8", "QInt8"), "a16_w16": ("QUInt16", "QInt16"), "a16_w4": ("QUInt16", "QInt4")}
 
 
-def load_helpers(path):
-    """stages/lib/heddle_stage.py, bound as this stage's `helpers` input (until definitions can include files)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("heddle_stage", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def quantize(model, calib_path, out, precision, samples, batch, per_channel, method):
     import onnx
     import onnxruntime
@@ -80,9 +71,8 @@ def main(argv=None):
     ap.add_argument("--method", default="MinMax")
     ap.add_argument("--out-model", required=True)
     ap.add_argument("--out-report", required=True)
-    ap.add_argument("--helpers", required=True, help="stages/lib/heddle_stage.py")
     a = ap.parse_args(argv)
-    hs = load_helpers(a.helpers)
+    import heddle_stage as hs  # included by the definition: beside this script
     try:
         rep = quantize(a.model, a.calib, a.out_model, a.precision, a.samples, a.batch,
                        a.per_channel.lower() in ("1", "true", "yes"), a.method)

@@ -1,0 +1,166 @@
+//! `heddle stages list | show NAME` and `heddle init [--example NAME]`: the stage library as a
+//! user sees it, and a project scaffold that runs with nothing copied from heddle's repository
+//! (its stages come from the library in the binary, `heddle_runner::stage_lib`).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use heddle_runner::diag::Source;
+use heddle_runner::model::{toml_to_json, value_text};
+use heddle_runner::spec::{self, StageDefSpec};
+use heddle_runner::stage_lib;
+
+use crate::cli::Fail;
+
+/// Examples `heddle init --example NAME` writes to `pipelines/NAME.toml`.
+const EXAMPLES: &[(&str, &str)] = &[
+    (
+        "compile-onnx",
+        include_str!("../pipelines/compile-onnx.toml"),
+    ),
+    ("mezo-ort", include_str!("../pipelines/mezo-ort.toml")),
+];
+
+/// `heddle stages list`: project definitions first (they win), then the library's.
+pub fn list(root: &Path, lib_base: &Path) -> Result<String, Fail> {
+    let mut names: Vec<(String, &str)> = Vec::new();
+    project_defs(&root.join("stages"), "", &mut names);
+    names.sort();
+    for n in stage_lib::definitions() {
+        if !names.iter().any(|(p, _)| *p == n) {
+            names.push((n, "library"));
+        }
+    }
+    let width = names.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (name, origin) in &names {
+        let def = load(root, name, lib_base)?;
+        let desc = def.stage.get_ref().description.clone().unwrap_or_default();
+        let first = first_sentence(&desc);
+        let _ = writeln!(out, "{name:width$}  {origin:7}  {first}");
+    }
+    Ok(out)
+}
+
+/// `heddle stages show NAME`: description, params (type, default, description), inputs, outputs.
+pub fn show(root: &Path, name: &str, lib_base: &Path) -> Result<String, Fail> {
+    let def = load(root, name, lib_base)?;
+    let st = def.stage.get_ref();
+    let mut out = format!("{name}\n");
+    if let Some(d) = &st.description {
+        let _ = writeln!(out, "  {}", d.replace('\n', "\n  "));
+    }
+    if let Some(inc) = &st.include {
+        let files: Vec<&str> = inc.iter().map(|i| i.get_ref().as_str()).collect();
+        let _ = writeln!(out, "includes: {}", files.join(", "));
+    }
+    out.push_str("params:\n");
+    for (k, p) in &def.params {
+        let p = p.get_ref();
+        let default = match &p.default {
+            Some(d) => format!(" = {}", value_text(&toml_to_json(d.get_ref()))),
+            None => " (required)".to_string(),
+        };
+        let desc = p
+            .description
+            .as_deref()
+            .map(|d| format!("  {d}"))
+            .unwrap_or_default();
+        let _ = writeln!(out, "  {}: {}{default}{desc}", k.get_ref(), p.ty.get_ref());
+    }
+    out.push_str("inputs:\n");
+    for (k, i) in &def.inputs {
+        let i = i.get_ref();
+        let opt = if i.optional { " (optional)" } else { "" };
+        let desc = i
+            .description
+            .as_deref()
+            .map(|d| format!("  {d}"))
+            .unwrap_or_default();
+        let _ = writeln!(out, "  {}{opt}{desc}", k.get_ref());
+    }
+    out.push_str("outputs:\n");
+    for (k, v) in &def.outputs {
+        let file = v.get_ref().as_str().unwrap_or("?");
+        let _ = writeln!(out, "  {}: {file}", k.get_ref());
+    }
+    Ok(out)
+}
+
+/// `heddle init [--example NAME]` in `dir`: `.heddle/`, `.gitignore`, `pipelines/NAME.toml`.
+/// Never overwrites a file.
+pub fn init(dir: &Path, example: &str) -> Result<String, Fail> {
+    let Some((_, text)) = EXAMPLES.iter().find(|(n, _)| *n == example) else {
+        let known: Vec<&str> = EXAMPLES.iter().map(|(n, _)| *n).collect();
+        return Err(Fail::invalid(format!(
+            "error: no example `{example}` (examples: {})",
+            known.join(", ")
+        )));
+    };
+    let pipeline = dir.join("pipelines").join(format!("{example}.toml"));
+    let ignore = dir.join(".gitignore");
+    for p in [&pipeline, &ignore] {
+        if p.exists() {
+            return Err(Fail::invalid(format!(
+                "error: {} exists; heddle init writes only new files",
+                p.display()
+            )));
+        }
+    }
+    let write = |p: &PathBuf, bytes: &str| -> Result<(), Fail> {
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io_fail(parent, e))?;
+        }
+        std::fs::write(p, bytes).map_err(|e| io_fail(p, e))
+    };
+    let heddle = dir.join(".heddle");
+    std::fs::create_dir_all(&heddle).map_err(|e| io_fail(&heddle, e))?;
+    write(&ignore, "out/\n.heddle/\n")?;
+    write(&pipeline, text)?;
+    Ok(format!(
+        "created .heddle/, .gitignore and pipelines/{example}.toml\nnext: heddle run pipelines/{example}.toml\n"
+    ))
+}
+
+/// Up to the first ". " (a sentence, not the dot of `.npy`), at most 100 characters.
+fn first_sentence(desc: &str) -> String {
+    let flat = desc.replace('\n', " ");
+    let s = flat.split(". ").next().unwrap_or("").trim_end_matches('.');
+    match s.char_indices().nth(100) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+fn io_fail(p: &Path, e: std::io::Error) -> Fail {
+    Fail::invalid(format!("error: failed to write {}: {e}", p.display()))
+}
+
+fn load(root: &Path, name: &str, lib_base: &Path) -> Result<StageDefSpec, Fail> {
+    let dir = stage_lib::locate(root, name, lib_base)
+        .map_err(|e| Fail::invalid(format!("error: {}", heddle_cache::error_chain(&e))))?
+        .ok_or_else(|| {
+            Fail::invalid(format!(
+                "error: no stage definition `{name}` (see `heddle stages list`)"
+            ))
+        })?;
+    let file = dir.join("stage.toml");
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| Fail::invalid(format!("error: failed to read {}: {e}", file.display())))?;
+    spec::parse(&Source::new(&file, text)).map_err(|d| Fail::invalid(d.to_string()))
+}
+
+fn project_defs(dir: &Path, prefix: &str, out: &mut Vec<(String, &'static str)>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        let name = format!("{prefix}{}", e.file_name().to_string_lossy());
+        if p.join("stage.toml").is_file() {
+            out.push((name, "project"));
+        } else if p.is_dir() && prefix.is_empty() {
+            project_defs(&p, &format!("{name}/"), out);
+        }
+    }
+}

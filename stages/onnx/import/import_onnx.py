@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""onnx/import — take any ONNX file into the chain: check it, fix its symbolic dimensions, describe it in meta.json.
+
+meta.json has the keys onnx/author writes (input_name, output_name, start_node, end_node, input_shape_nchw,
+output_shape_nchw, opset, ir_version, batch) plus `source` (the file's sha256, producer) and `dims_fixed`, so
+dfc/translate and the ORT stages need no onnx import of their own. Errors a user can act on are raised as
+ImportModelError with what to set; any exception is written as {class, message} to $HEDDLE_ERROR_FILE.
+"""
+import argparse
+import hashlib
+import json
+import sys
+import traceback
+
+
+class ImportModelError(Exception):
+    """The model cannot be taken as it is; the message says which param to set."""
+
+
+def pick(kind, names, wanted, param):
+    if wanted:
+        if wanted not in names:
+            raise ImportModelError(f"{kind} {wanted!r} (param `{param}`) is not a graph {kind}; the model has: "
+                                   f"{', '.join(names)}")
+        return wanted
+    if len(names) != 1:
+        raise ImportModelError(f"the model has {len(names)} graph {kind}s ({', '.join(names)}); the chain takes one: "
+                               f"set `with = {{ {param} = \"NAME\" }}`")
+    return names[0]
+
+
+def fix_dims(value_info, dims, batch, used, shape_param=()):
+    """Replace each symbolic dim of a tensor with its size from `shape` (by axis), `dims` (by name) or `batch`
+    (first axis). Exporters write several axes with one placeholder name (PaddlePaddle: "?"), so by-axis wins."""
+    shape = value_info.type.tensor_type.shape
+    if shape_param and len(shape_param) != len(shape.dim):
+        raise ImportModelError(f"`shape` has {len(shape_param)} axes; input {value_info.name!r} has {len(shape.dim)}")
+    out = []
+    for i, d in enumerate(shape.dim):
+        if shape_param and int(shape_param[i]) > 0:
+            was_symbolic = not (d.HasField("dim_value") and d.dim_value > 0)
+            if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != int(shape_param[i]):
+                raise ImportModelError(f"`shape` axis {i} = {shape_param[i]}, but the model fixes it at {d.dim_value}")
+            d.ClearField("dim_param")
+            d.dim_value = int(shape_param[i])
+            if was_symbolic:
+                used[f"axis {i}"] = int(shape_param[i])
+            out.append(int(shape_param[i]))
+            continue
+        if d.HasField("dim_value") and d.dim_value > 0:
+            out.append(int(d.dim_value))
+            continue
+        name = d.dim_param if d.HasField("dim_param") else ""
+        if name and name in dims:
+            size = int(dims[name])
+            used[name] = size
+        elif i == 0:
+            size = int(batch)
+            used[name or "<unnamed axis 0>"] = size
+        else:
+            raise ImportModelError(f"{value_info.name}: axis {i} is symbolic ({name or 'unnamed'}); set its size: "
+                                   f"`with = {{ shape = [..] }}` (0 keeps an axis)" +
+                                   (f" or `with = {{ dims = {{ \"{name}\" = N }} }}`" if name else ""))
+        d.ClearField("dim_param")
+        d.dim_value = size
+        out.append(size)
+    return out
+
+
+def constants_to_initializers(model):
+    """Some exporters (PaddlePaddle) write every weight as a Constant node, not an initializer. Quantisers
+    (onnxruntime's quantize_static, the DFC) treat only initializers as weights, so such a model would keep float
+    weights at every precision. Move each Constant's tensor to an initializer of the same name."""
+    from onnx import numpy_helper
+    keep, moved = [], 0
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.attribute) == 1 \
+                and n.attribute[0].name == "value":
+            t = numpy_helper.from_array(numpy_helper.to_array(n.attribute[0].t), n.output[0])
+            model.graph.initializer.append(t)
+            moved += 1
+        else:
+            keep.append(n)
+    del model.graph.node[:]
+    model.graph.node.extend(keep)
+    return moved
+
+
+def run_shapes(model, vi_in, in_shape, names):
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(vi_in.type.tensor_type.elem_type)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    outs = sess.run(names, {vi_in.name: np.zeros(in_shape, dtype=dtype)})
+    return [o.shape for o in outs]
+
+
+def import_model(path, input_name, output_name, dims, batch, shape=()):
+    import onnx
+    from onnx import shape_inference
+    raw = open(path, "rb").read()
+    model = onnx.load_from_string(raw)
+    onnx.checker.check_model(model)
+    constants_moved = constants_to_initializers(model)
+    inits = {i.name for i in model.graph.initializer}
+    # Old exporters list initialisers as graph inputs too; they are weights, not inputs.
+    inputs = [i for i in model.graph.input if i.name not in inits]
+    inp = pick("input", [i.name for i in inputs], input_name, "input")
+    out = pick("output", [o.name for o in model.graph.output], output_name, "output")
+    used = {}
+    vi_in = next(i for i in inputs if i.name == inp)
+    in_shape = fix_dims(vi_in, dims, batch, used, shape)
+    if len(in_shape) != 4:
+        raise ImportModelError(f"input {inp!r} has shape {in_shape}; the chain takes a 4-D NCHW image tensor")
+    unknown = sorted(set(dims) - set(used))
+    if unknown:
+        raise ImportModelError(f"`dims` names {', '.join(unknown)}, which no symbolic axis of input {inp!r} has")
+    # Outputs: symbolic axes are re-derived by shape inference from the fixed input.
+    # (inference keeps a declared shape, so a symbolic output shape is dropped first).
+    for o in model.graph.output:
+        if any(not (d.HasField("dim_value") and d.dim_value > 0) for d in o.type.tensor_type.shape.dim):
+            o.type.tensor_type.ClearField("shape")
+    model = shape_inference.infer_shapes(model, strict_mode=True)
+    inferred = {v.name: v for v in model.graph.value_info}
+    for o in model.graph.output:
+        if not o.type.tensor_type.HasField("shape") and o.name in inferred:
+            o.type.tensor_type.shape.CopyFrom(inferred[o.name].type.tensor_type.shape)
+    missing = [o for o in model.graph.output if not o.type.tensor_type.HasField("shape")]
+    if missing:
+        # ONNX shape inference stops at ops whose output shape depends on values (PaddlePaddle's Reshape from a
+        # computed shape); run the fixed-shape model once on zeros and take the shapes onnxruntime produces.
+        for o, shp in zip(missing, run_shapes(model, vi_in, in_shape, [o.name for o in missing])):
+            for n in shp:
+                o.type.tensor_type.shape.dim.add().dim_value = int(n)
+    onnx.checker.check_model(model, full_check=True)
+    vo = next(o for o in model.graph.output if o.name == out)
+    out_shape = [int(d.dim_value) if d.HasField("dim_value") else None for d in vo.type.tensor_type.shape.dim]
+    if None in out_shape or not out_shape:
+        raise ImportModelError(f"output {out!r}: shape inference left axes unknown ({out_shape}); name them in `dims`")
+    end_node = next((n.name or n.output[0] for n in model.graph.node if out in n.output), out)
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=None)
+    meta = {"input_name": inp, "output_name": out, "start_node": inp, "end_node": end_node,
+            "input_shape_nchw": in_shape, "output_shape_nchw": out_shape,
+            "outputs_per_sample": int(__import__("math").prod(out_shape[1:])),
+            "opset": opset, "ir_version": int(model.ir_version), "batch": f"fixed {in_shape[0]}",
+            "dims_fixed": used, "graph": "imported", "constants_to_initializers": constants_moved,
+            "source": {"sha256": hashlib.sha256(raw).hexdigest(), "producer": model.producer_name,
+                       "producer_version": model.producer_version, "nodes": len(model.graph.node),
+                       "parameters": int(sum(__import__("math").prod(i.dims) for i in model.graph.initializer))}}
+    return model, meta
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--input", default="")
+    ap.add_argument("--output", default="")
+    ap.add_argument("--dims", default="{}", help="JSON object: symbolic dim name -> size")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--shape", default="[]", help="JSON list: the input's size per axis, 0 = as the model says")
+    ap.add_argument("--out-onnx", required=True)
+    ap.add_argument("--out-meta", required=True)
+    a = ap.parse_args(argv)
+    import heddle_stage as hs  # included by the definition: beside this script
+    try:
+        import onnx
+        model, meta = import_model(a.model, a.input, a.output, json.loads(a.dims), a.batch, json.loads(a.shape))
+        onnx.save(model, a.out_onnx)
+    except Exception as e:
+        hs.record_error(e)
+        traceback.print_exc()
+        sys.exit(1)
+    with open(a.out_meta, "w") as f:
+        json.dump(meta, f, indent=2)
+    print(f"imported {meta['input_name']} {meta['input_shape_nchw']} -> {meta['output_name']} "
+          f"{meta['output_shape_nchw']}, opset {meta['opset']}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
