@@ -245,8 +245,22 @@ impl RemoteCache for OpendalCache {
         async move {
             let path = action_path(&key);
             let object = format!("action entry {key}");
-            match self.op.read_with(&path).range(0..MAX_ENTRY_BYTES).await {
+            // Stat first: an oversized object is not an entry and is not read into memory.
+            let size = match self.op.stat(&path).await {
+                Ok(m) => m.content_length(),
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(self.backend_error("stat", object)(e)),
+            };
+            if size > MAX_ENTRY_BYTES {
+                return Err(RemoteError::BadEntry {
+                    key,
+                    remote: self.name.clone(),
+                    reason: format!("{size} bytes is too large for an action entry"),
+                });
+            }
+            match self.op.read(&path).await {
                 Ok(buf) => Ok(Some(buf.to_vec())),
+                // Removed between the stat and the read (gc on the server): a miss.
                 Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(self.backend_error("read", object)(e)),
             }
