@@ -30,7 +30,9 @@
 //!   bytes; every backend makes a write visible whole or not at all), and an action entry is
 //!   last-writer-wins between writers of the same action.
 //! - Memory stays flat in blob size: blobs move in 1–8 MiB chunks, S3 uploads are multipart
-//!   (8 MiB parts, 4 in flight), S3 downloads ranged reads of 8 MiB, 4 in flight.
+//!   (8 MiB parts, 4 in flight), S3 downloads ranged reads of 8 MiB, 4 in flight. Except
+//!   WebDAV uploads: OpenDAL's WebDAV writer sends one PUT from one buffer, so an upload holds
+//!   the whole blob in memory (downloads stream).
 //!
 //! # Why OpenDAL rather than object_store
 //!

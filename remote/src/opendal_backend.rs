@@ -29,6 +29,9 @@ const MAX_ENTRY_BYTES: u64 = 16 * 1024 * 1024;
 
 pub struct OpendalCache {
     op: Operator,
+    /// The service sends a blob in one request (WebDAV: one PUT; OpenDAL's WebDAV writer
+    /// takes a single buffer), so the whole blob is buffered for its upload.
+    one_shot_writes: bool,
     name: String,
     timeouts: Timeouts,
 }
@@ -107,12 +110,18 @@ impl OpendalCache {
                 Operator::new(b).map_err(setup)?.finish()
             }
         };
+        let one_shot_writes = matches!(url, RemoteUrl::WebDav { .. });
         let op = builder.layer(
             TimeoutLayer::new()
                 .with_timeout(timeouts.request)
                 .with_io_timeout(timeouts.idle),
         );
-        Ok(OpendalCache { op, name, timeouts })
+        Ok(OpendalCache {
+            op,
+            one_shot_writes,
+            name,
+            timeouts,
+        })
     }
 
     fn backend_error(
@@ -210,11 +219,18 @@ impl RemoteCache for OpendalCache {
         async move {
             let path = blob_path(&digest);
             let object = format!("blob {digest}");
+            let (chunk, concurrent) = if self.one_shot_writes {
+                (usize::try_from(size).unwrap_or(usize::MAX).max(1), 1)
+            } else if size > CHUNK as u64 {
+                (CHUNK, CONCURRENCY)
+            } else {
+                (CHUNK, 1)
+            };
             let mut w = self
                 .op
                 .writer_with(&path)
-                .chunk(CHUNK)
-                .concurrent(if size > CHUNK as u64 { CONCURRENCY } else { 1 })
+                .chunk(chunk)
+                .concurrent(concurrent)
                 .await
                 .map_err(self.backend_error("start writing", object.clone()))?;
             while let Some(chunk) = data.next().await {

@@ -92,8 +92,10 @@ fn signal(pid: u32, sig: &str) {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.resume();
-        self.kill();
+        if let Ok(None) = self.child.try_wait() {
+            // A stopped process still dies of SIGKILL; no need to resume it first.
+            self.kill();
+        }
     }
 }
 
@@ -203,14 +205,15 @@ pub fn start_nginx() -> Option<Server> {
     let d = dir.path();
     std::fs::create_dir_all(d.join("dav")).unwrap();
     std::fs::create_dir_all(d.join("logs")).unwrap();
-    // Workers run as the user that starts nginx (root in CI would otherwise become nobody,
+    // One process (no master): killing it kills the server. Workers would otherwise run as
+    // the user that starts nginx (root in CI would otherwise become nobody,
     // who cannot write the temp dir).
     let user = if unsafe_is_root() { "user root;" } else { "" };
     let conf = format!(
         r#"{user}
 load_module {DAV_EXT};
 daemon off;
-master_process on;
+master_process off;
 worker_processes 1;
 pid {d}/nginx.pid;
 error_log {d}/logs/error.log;
