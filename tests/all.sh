@@ -39,6 +39,9 @@ fi
 
 command -v chromium >/dev/null && export HEDDLE_REQUIRE_CHROMIUM=1
 
+# S3 (moto) and WebDAV (nginx) servers the remote cache tests start on 127.0.0.1.
+bash remote/tests/servers.sh && export HEDDLE_REQUIRE_REMOTE_SERVERS=1
+
 echo "== cargo test"
 cargo test --workspace --release 2>&1 | tee target/cargo-test.log
 echo "== pytest (stage scripts)"
