@@ -50,6 +50,9 @@ command -v chromium >/dev/null && export HEDDLE_REQUIRE_CHROMIUM=1
 # As root the full-disk tests mount their own tmpfs; a failure to do so is then a failure.
 [[ $(id -u) -eq 0 ]] && export HEDDLE_REQUIRE_ROOT=1
 
+# S3 (moto) and WebDAV (nginx) servers the remote cache tests start on 127.0.0.1.
+bash remote/tests/servers.sh && export HEDDLE_REQUIRE_REMOTE_SERVERS=1
+
 echo "== cargo test"
 cargo test --workspace --release 2>&1 | tee target/cargo-test.log
 echo "== pytest (stage scripts)"

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# A remote cache hit of a 1 GiB artefact through heddle-remote (S3 read, sha256 verify, adopt
+# into an empty local store) against curl fetching the same object from the same moto server
+# to a file on the same disk. Interleaved, N rounds; prints medians and the throughput ratio
+# (goal: heddle >= 0.9x curl).
+#   bash benches/remote/run.sh          N=5 bash benches/remote/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+N=${N:-3}
+SIZE_MIB=${SIZE_MIB:-1024}
+bash remote/tests/servers.sh >/dev/null
+cargo build --release --quiet -p heddle-remote --example remote_bench
+bench="${CARGO_TARGET_DIR:-$root/target}/release/examples/remote_bench"
+venv="$root/target/remote-venv"
+
+work=$(mktemp -d "$root/target/remote-bench.XXXXXX")
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"$work/moto.log" 2>&1 &
+moto=$!
+trap 'kill $moto 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.2; done
+export AWS_ENDPOINT_URL="http://127.0.0.1:$port" AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench
+"$venv/bin/python" -c "import boto3; boto3.client('s3', endpoint_url='$AWS_ENDPOINT_URL').create_bucket(Bucket='bench')"
+
+head -c $((SIZE_MIB * 1024 * 1024)) /dev/urandom >"$work/big.bin"
+digest=$("$bench" push s3://bench/p "$work/push-store" "$work/big.bin")
+rm -rf "$work/push-store"
+echo "object: s3://bench/p/cas/$digest ($SIZE_MIB MiB), moto on 127.0.0.1:$port" >&2
+
+now() { date +%s.%N; }
+heddle_times=() curl_times=()
+for i in $(seq "$N"); do
+  rm -rf "$work/store" "$work/curl.out"; sync
+  t0=$(now); "$bench" fetch s3://bench/p "$work/store"; t1=$(now)
+  heddle_times+=("$(echo "$t1 - $t0" | bc)")
+  rm -rf "$work/store"; sync
+  t0=$(now); curl -sf -o "$work/curl.out" "http://127.0.0.1:$port/bench/p/cas/$digest"; t1=$(now)
+  curl_times+=("$(echo "$t1 - $t0" | bc)")
+  echo "round $i: heddle ${heddle_times[-1]} s, curl ${curl_times[-1]} s" >&2
+done
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+h=$(median "${heddle_times[@]}"); c=$(median "${curl_times[@]}")
+printf '%-34s %8s %10s\n' "1 GiB remote hit (median of $N)" "seconds" "MiB/s"
+printf '%-34s %8.2f %10.0f\n' "heddle-remote fetch_action" "$h" "$(echo "$SIZE_MIB / $h" | bc -l)"
+printf '%-34s %8.2f %10.0f\n' "curl -o FILE" "$c" "$(echo "$SIZE_MIB / $c" | bc -l)"
+printf 'throughput ratio heddle/curl: %.2fx (goal >= 0.9x)\n' "$(echo "$c / $h" | bc -l)"

@@ -1,0 +1,105 @@
+//! [`RemoteError`]: everything a remote cache call can fail with. The caller's policy is to
+//! warn once and carry on with local work, so every variant names the remote and the object.
+
+use std::path::PathBuf;
+
+use heddle_cache::{CacheError, Digest};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    #[error("failed to parse remote cache URL {url:?}: {reason}")]
+    BadUrl { url: String, reason: String },
+    #[error("failed to set up remote cache {remote}")]
+    Setup {
+        remote: String,
+        #[source]
+        source: opendal::Error,
+    },
+    /// The server refused, was unreachable, or did not answer within the timeout.
+    #[error("failed to {op} {object} on remote cache {remote}")]
+    Backend {
+        op: &'static str,
+        object: String,
+        remote: String,
+        #[source]
+        source: opendal::Error,
+    },
+    /// The connection broke or stalled in the middle of a blob.
+    #[error("failed to {op} {object} on remote cache {remote}: transfer interrupted")]
+    Transfer {
+        op: &'static str,
+        object: String,
+        remote: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to {op} {object} on remote cache {remote}: no answer within {secs} s")]
+    Timeout {
+        op: &'static str,
+        object: String,
+        remote: String,
+        secs: u64,
+    },
+    /// The remote served bytes that do not hash to the digest they were asked for. They were
+    /// discarded; nothing of them reached the local store.
+    #[error("failed to verify blob {digest} from remote cache {remote}: its bytes hash to {actual} ({size} bytes)")]
+    CorruptBlob {
+        digest: Digest,
+        actual: Digest,
+        size: u64,
+        remote: String,
+    },
+    #[error("failed to read action entry {key} from remote cache {remote}: {reason}")]
+    BadEntry {
+        key: Digest,
+        remote: String,
+        reason: String,
+    },
+    /// An action entry on the remote names a blob the remote does not have.
+    #[error(
+        "failed to fetch blob {digest} named by action {key} from remote cache {remote}: not there"
+    )]
+    MissingBlob {
+        key: Digest,
+        digest: Digest,
+        remote: String,
+    },
+    /// A local blob about to be uploaded no longer matches its digest; the upload was aborted.
+    #[error(
+        "failed to upload blob {digest}: the local copy at {path} no longer matches its digest"
+    )]
+    LocalCorrupt { digest: Digest, path: PathBuf },
+    #[error("failed to {op} {path}")]
+    LocalIo {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to use the local store")]
+    Local(#[from] CacheError),
+    #[error("failed to run a blocking local task")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+impl RemoteError {
+    pub(crate) fn local_io(
+        op: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> RemoteError {
+        let path = path.into();
+        move |source| RemoteError::LocalIo { op, path, source }
+    }
+
+    /// True when the remote could not be reached or did not answer in time, as opposed to
+    /// answering wrongly: the caller may stop asking it for the rest of the run.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            RemoteError::Backend { .. }
+                | RemoteError::Transfer { .. }
+                | RemoteError::Timeout { .. }
+                | RemoteError::Setup { .. }
+        )
+    }
+}

@@ -1,0 +1,298 @@
+//! [`OpendalCache`]: the S3, WebDAV and plain-directory backends, through OpenDAL.
+//!
+//! Layout under the URL's prefix, the same for every service:
+//!
+//! ```text
+//! cas/<sha256 hex>      blobs: file contents and tree manifests, exactly as in the local store
+//! ac/<key hex>.json     action entries: the local store's ActionEntry JSON
+//! ```
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, StreamExt, TryStreamExt};
+use heddle_cache::Digest;
+use opendal::layers::TimeoutLayer;
+use opendal::{services, ErrorKind, Operator};
+
+use crate::backend::{BlobStream, RemoteCache, Timeouts};
+use crate::config::S3Settings;
+use crate::{RemoteError, RemoteUrl};
+
+/// Bytes per S3 multipart part and per ranged read. 8 MiB parts keep a 1 GiB upload at
+/// 128 parts (S3 allows 10,000) and, with [`CONCURRENCY`] in flight, the memory of a
+/// transfer at a few tens of MiB whatever the blob's size.
+const CHUNK: usize = 8 * 1024 * 1024;
+/// Parts uploaded, or ranges fetched, at once.
+const CONCURRENCY: usize = 4;
+/// An action entry is a few KiB; anything far larger is not one, and is not read into memory.
+const MAX_ENTRY_BYTES: u64 = 16 * 1024 * 1024;
+
+pub struct OpendalCache {
+    op: Operator,
+    /// The service sends a blob in one request (WebDAV: one PUT; OpenDAL's WebDAV writer
+    /// takes a single buffer), so the whole blob is buffered for its upload.
+    one_shot_writes: bool,
+    name: String,
+    timeouts: Timeouts,
+}
+
+impl OpendalCache {
+    /// Connect lazily (no request is made here) to the service `url` names. `env` supplies
+    /// the AWS variables for S3 (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, ...).
+    pub fn open(
+        url: &RemoteUrl,
+        s3: &S3Settings,
+        env: &dyn Fn(&str) -> Option<String>,
+        timeouts: Timeouts,
+    ) -> Result<OpendalCache, RemoteError> {
+        let name = url.to_string();
+        let setup = |source| RemoteError::Setup {
+            remote: name.clone(),
+            source,
+        };
+        let builder = match url {
+            RemoteUrl::S3 { bucket, prefix } => {
+                let mut b = services::S3::default()
+                    .bucket(bucket)
+                    .root(&format!("/{prefix}"));
+                let endpoint = s3
+                    .endpoint
+                    .clone()
+                    .or_else(|| env("AWS_ENDPOINT_URL_S3"))
+                    .or_else(|| env("AWS_ENDPOINT_URL"));
+                let region = s3
+                    .region
+                    .clone()
+                    .or_else(|| env("AWS_REGION"))
+                    .or_else(|| env("AWS_DEFAULT_REGION"));
+                if let Some(e) = &endpoint {
+                    b = b.endpoint(e);
+                }
+                // S3-compatible servers (MinIO, Ceph, moto) ignore the region but the request
+                // signature needs one; AWS itself must be told.
+                match (&region, &endpoint) {
+                    (Some(r), _) => b = b.region(r),
+                    (None, Some(_)) => b = b.region("us-east-1"),
+                    (None, None) => {}
+                }
+                if let (Some(id), Some(secret)) =
+                    (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"))
+                {
+                    b = b.access_key_id(&id).secret_access_key(&secret);
+                    if let Some(token) = env("AWS_SESSION_TOKEN") {
+                        b = b.session_token(&token);
+                    }
+                }
+                Operator::new(b).map_err(setup)?.finish()
+            }
+            RemoteUrl::WebDav {
+                endpoint,
+                path,
+                user,
+                password,
+            } => {
+                let mut b = services::Webdav::default().endpoint(endpoint).root(path);
+                if let Some(u) = user {
+                    b = b.username(u);
+                }
+                if let Some(p) = password {
+                    b = b.password(p);
+                }
+                Operator::new(b).map_err(setup)?.finish()
+            }
+            RemoteUrl::Fs { root } => {
+                let root = root.to_string_lossy();
+                // Written beside the objects and renamed into place: a reader on another
+                // machine never sees half a blob.
+                let b = services::Fs::default()
+                    .root(&root)
+                    .atomic_write_dir(&format!("{}/tmp", root.trim_end_matches('/')));
+                Operator::new(b).map_err(setup)?.finish()
+            }
+        };
+        let one_shot_writes = matches!(url, RemoteUrl::WebDav { .. });
+        let op = builder.layer(
+            TimeoutLayer::new()
+                .with_timeout(timeouts.request)
+                .with_io_timeout(timeouts.idle),
+        );
+        Ok(OpendalCache {
+            op,
+            one_shot_writes,
+            name,
+            timeouts,
+        })
+    }
+
+    fn backend_error(
+        &self,
+        op: &'static str,
+        object: String,
+    ) -> impl FnOnce(opendal::Error) -> RemoteError + '_ {
+        move |source| {
+            if source.to_string().contains("timeout reached") {
+                RemoteError::Timeout {
+                    op,
+                    object,
+                    remote: self.name.clone(),
+                    secs: self.timeouts.request.max(self.timeouts.idle).as_secs(),
+                }
+            } else {
+                RemoteError::Backend {
+                    op,
+                    object,
+                    remote: self.name.clone(),
+                    source,
+                }
+            }
+        }
+    }
+}
+
+fn blob_path(d: &Digest) -> String {
+    format!("cas/{d}")
+}
+
+fn action_path(key: &Digest) -> String {
+    format!("ac/{key}.json")
+}
+
+impl RemoteCache for OpendalCache {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
+    fn has_blob(&self, digest: Digest) -> BoxFuture<'_, Result<bool, RemoteError>> {
+        async move {
+            let path = blob_path(&digest);
+            self.op
+                .exists(&path)
+                .await
+                .map_err(self.backend_error("check", format!("blob {digest}")))
+        }
+        .boxed()
+    }
+
+    fn read_blob(&self, digest: Digest) -> BoxFuture<'_, Result<Option<BlobStream>, RemoteError>> {
+        async move {
+            let path = blob_path(&digest);
+            let object = format!("blob {digest}");
+            // The size first: a miss costs one HEAD, and a hit can be read as parallel ranges.
+            let meta = match self.op.stat(&path).await {
+                Ok(m) => m,
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(self.backend_error("stat", object)(e)),
+            };
+            let reader = self
+                .op
+                .reader_with(&path)
+                .chunk(CHUNK)
+                .concurrent(CONCURRENCY)
+                .await
+                .map_err(self.backend_error("open", object.clone()))?;
+            let stream = reader
+                .into_bytes_stream(0..meta.content_length())
+                .await
+                .map_err(self.backend_error("read", object.clone()))?;
+            let remote = self.name.clone();
+            let stream = stream.map_err(move |source| RemoteError::Transfer {
+                op: "read",
+                object: object.clone(),
+                remote: remote.clone(),
+                source,
+            });
+            Ok(Some(stream.boxed()))
+        }
+        .boxed()
+    }
+
+    fn write_blob(
+        &self,
+        digest: Digest,
+        size: u64,
+        mut data: BlobStream,
+    ) -> BoxFuture<'_, Result<(), RemoteError>> {
+        async move {
+            let path = blob_path(&digest);
+            let object = format!("blob {digest}");
+            let (chunk, concurrent) = if self.one_shot_writes {
+                (usize::try_from(size).unwrap_or(usize::MAX).max(1), 1)
+            } else if size > CHUNK as u64 {
+                (CHUNK, CONCURRENCY)
+            } else {
+                (CHUNK, 1)
+            };
+            let mut w = self
+                .op
+                .writer_with(&path)
+                .chunk(chunk)
+                .concurrent(concurrent)
+                .await
+                .map_err(self.backend_error("start writing", object.clone()))?;
+            while let Some(chunk) = data.next().await {
+                let result = match chunk {
+                    Ok(bytes) => w
+                        .write(bytes)
+                        .await
+                        .map_err(self.backend_error("write", object.clone())),
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = result {
+                    // Nothing becomes visible: an S3 multipart upload is aborted, a WebDAV PUT
+                    // or an fs temp file is dropped. A failed abort leaves at most an orphan
+                    // upload part, never a wrong blob.
+                    let _ = w.abort().await;
+                    return Err(e);
+                }
+            }
+            w.close()
+                .await
+                .map_err(self.backend_error("finish writing", object))?;
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn get_action(&self, key: Digest) -> BoxFuture<'_, Result<Option<Vec<u8>>, RemoteError>> {
+        async move {
+            let path = action_path(&key);
+            let object = format!("action entry {key}");
+            // Stat first: an oversized object is not an entry and is not read into memory.
+            let size = match self.op.stat(&path).await {
+                Ok(m) => m.content_length(),
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(self.backend_error("stat", object)(e)),
+            };
+            if size > MAX_ENTRY_BYTES {
+                return Err(RemoteError::BadEntry {
+                    key,
+                    remote: self.name.clone(),
+                    reason: format!("{size} bytes is too large for an action entry"),
+                });
+            }
+            match self.op.read(&path).await {
+                Ok(buf) => Ok(Some(buf.to_vec())),
+                // Removed between the stat and the read (gc on the server): a miss.
+                Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(self.backend_error("read", object)(e)),
+            }
+        }
+        .boxed()
+    }
+
+    fn put_action(&self, key: Digest, bytes: Vec<u8>) -> BoxFuture<'_, Result<(), RemoteError>> {
+        async move {
+            let path = action_path(&key);
+            self.op
+                .write(&path, Bytes::from(bytes))
+                .await
+                .map_err(self.backend_error("write", format!("action entry {key}")))?;
+            Ok(())
+        }
+        .boxed()
+    }
+}

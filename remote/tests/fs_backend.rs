@@ -1,0 +1,144 @@
+//! The plain-directory backend (`file:///path`, as on NFS): no server needed.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use common::*;
+use heddle_remote::RemoteError;
+
+fn fs_url(dir: &std::path::Path) -> String {
+    format!("file://{}", dir.display())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trip_into_an_empty_store() {
+    let dir = tempfile::tempdir().unwrap();
+    case_round_trip(open(&fs_url(dir.path()), &HashMap::new(), short_timeouts())).await;
+    // The layout other machines read: cas/<hex>, ac/<hex>.json, nothing half-written.
+    let mut top: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    top.sort();
+    assert!(
+        top == ["ac", "cas"] || top == ["ac", "cas", "tmp"],
+        "{top:?}"
+    );
+    if let Ok(rd) = std::fs::read_dir(dir.path().join("tmp")) {
+        assert_eq!(rd.count(), 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_blob_is_never_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    case_corrupt_blob(
+        open(&fs_url(&root), &HashMap::new(), short_timeouts()),
+        |digest, bytes| std::fs::write(root.join(format!("cas/{digest}")), bytes).unwrap(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_of_one_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = fs_url(dir.path());
+    case_concurrent_writers(|| open(&url, &HashMap::new(), short_timeouts())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_garbage_entry_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = open(&fs_url(dir.path()), &HashMap::new(), short_timeouts());
+    let a = local();
+    let entry = make_action(&a, 5, 1000);
+    heddle_remote::push_action(&*remote, &a.store, &entry)
+        .await
+        .unwrap();
+    std::fs::write(
+        dir.path().join(format!("ac/{}.json", entry.key)),
+        b"{\"not\": \"an entry\"}",
+    )
+    .unwrap();
+    let b = local();
+    let err = heddle_remote::fetch_action(&*remote, b.store.clone(), entry.key)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RemoteError::BadEntry { .. }), "{err:?}");
+    assert!(b.store.lookup_action(&entry.key).unwrap().is_none());
+
+    // An entry stored under another action's key is refused too.
+    let other = make_action(&a, 6, 1000);
+    heddle_remote::push_action(&*remote, &a.store, &other)
+        .await
+        .unwrap();
+    std::fs::copy(
+        dir.path().join(format!("ac/{}.json", other.key)),
+        dir.path().join(format!("ac/{}.json", entry.key)),
+    )
+    .unwrap();
+    let err = heddle_remote::fetch_action(&*remote, b.store.clone(), entry.key)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "failed to read action entry {} from remote cache file://{}: it is the entry of action {}",
+            entry.key,
+            dir.path().display(),
+            other.key
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_naming_a_missing_blob_is_not_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = open(&fs_url(dir.path()), &HashMap::new(), short_timeouts());
+    let a = local();
+    let entry = make_action(&a, 7, 1000);
+    heddle_remote::push_action(&*remote, &a.store, &entry)
+        .await
+        .unwrap();
+    let model = entry.outputs["model"].digest();
+    std::fs::remove_file(dir.path().join(format!("cas/{model}"))).unwrap();
+    let b = local();
+    let started = Instant::now();
+    let err = heddle_remote::fetch_action(&*remote, b.store.clone(), entry.key)
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < hang_bound(short_timeouts()));
+    assert!(
+        matches!(err, RemoteError::MissingBlob { digest, .. } if digest == model),
+        "{err:?}"
+    );
+    assert!(b.store.lookup_action(&entry.key).unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locally_corrupted_blob_is_not_uploaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = open(&fs_url(dir.path()), &HashMap::new(), short_timeouts());
+    let a = local();
+    let entry = make_action(&a, 8, 500_000);
+    let model = entry.outputs["model"].digest();
+    let blob = a.store.blob_path(&model);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&blob, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    std::fs::write(&blob, pseudo_random(1234, 500_000)).unwrap();
+    let err = heddle_remote::push_action(&*remote, &a.store, &entry)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RemoteError::LocalCorrupt { digest, .. } if digest == model),
+        "{err:?}"
+    );
+    assert!(!dir.path().join(format!("cas/{model}")).exists());
+    assert!(!dir.path().join(format!("ac/{}.json", entry.key)).exists());
+}

@@ -1,0 +1,68 @@
+//! The WebDAV backend against nginx (dav + dav-ext modules) on 127.0.0.1.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use common::*;
+use heddle_remote::{fetch_action, push_action};
+
+fn url(server: &Server, path: &str) -> String {
+    format!("webdav+http://127.0.0.1:{}/{path}", server.port)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trip_into_an_empty_store() {
+    let Some(server) = start_nginx() else { return };
+    case_round_trip(open(
+        &url(&server, "heddle"),
+        &HashMap::new(),
+        short_timeouts(),
+    ))
+    .await;
+    assert!(server.dir.path().join("dav/heddle/ac").is_dir());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_blob_is_never_served() {
+    let Some(server) = start_nginx() else { return };
+    let dav = server.dir.path().join("dav/c");
+    case_corrupt_blob(
+        open(&url(&server, "c"), &HashMap::new(), short_timeouts()),
+        |digest, bytes| std::fs::write(dav.join(format!("cas/{digest}")), bytes).unwrap(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_of_one_key() {
+    let Some(server) = start_nginx() else { return };
+    let u = url(&server, "w");
+    case_concurrent_writers(|| open(&u, &HashMap::new(), short_timeouts())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_killed_gives_a_typed_error_without_hanging() {
+    let Some(mut server) = start_nginx() else {
+        return;
+    };
+    let t = short_timeouts();
+    let remote = open(&url(&server, "k"), &HashMap::new(), t);
+    let a = local();
+    let entry = make_action(&a, 21, 100_000);
+    push_action(&*remote, &a.store, &entry).await.unwrap();
+    server.kill();
+    let b = local();
+    let started = Instant::now();
+    let err = fetch_action(&*remote, b.store.clone(), entry.key)
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < hang_bound(t),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(err.is_unavailable(), "{err:?}");
+    assert!(b.store.lookup_action(&entry.key).unwrap().is_none());
+}
