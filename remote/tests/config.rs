@@ -1,3 +1,4 @@
+#![allow(clippy::result_large_err)] // the crate's error type, see remote/src/lib.rs
 //! The config resolver: layers, precedence and the exact messages for bad input.
 
 use std::collections::HashMap;

@@ -932,7 +932,7 @@ async fn process(sh: &Arc<Shared>, id: usize, inputs: BTreeMap<String, Resolved>
                             stderr_tail: None,
                             cause: None,
                             tolerated: false,
-                            matrix: inst.matrix.clone(),
+                            matrix: inst.matrix.to_btree(),
                         };
                         return ended_before_start(inst, record, sh, status);
                     }
