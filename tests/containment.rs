@@ -122,7 +122,13 @@ fn a_setsid_daemon_holding_stdout_does_not_keep_a_finished_stage_running() {
     // The stage itself succeeds at once; its daemon would hold stdout for five minutes.
     one_stage(
         &p,
-        &format!("{} echo done > {{{{ out.o }}}}", daemon(&pidfile, "")),
+        // Wait until the daemon has written its pid: the stage must not end (and have its
+        // daemon killed) before the test can know whom to look for.
+        &format!(
+            "{} while [ ! -s {pf} ]; do sleep 0.01; done; echo done > {{{{ out.o }}}}",
+            daemon(&pidfile, ""),
+            pf = pidfile.display()
+        ),
         "",
     );
     let mut child = p

@@ -1104,3 +1104,82 @@ outputs = {{ d = "d" }}
         verify.stdout
     );
 }
+
+/// The local engine exposed on 127.0.0.1 over TCP (a byte proxy to its unix socket), as a
+/// remote engine would be: heddle cannot bind-mount there, so the sandbox goes through the
+/// archive API. Returns the `tcp://` address; the proxy lives as long as the test process.
+fn engine_over_tcp() -> String {
+    use std::os::unix::net::UnixStream;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for tcp in listener.incoming().flatten() {
+            let Ok(unix) = UnixStream::connect("/var/run/docker.sock") else {
+                continue;
+            };
+            let (mut t2, mut u2) = (tcp.try_clone().unwrap(), unix.try_clone().unwrap());
+            let (mut t1, mut u1) = (tcp, unix);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut t1, &mut u1);
+                let _ = u1.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut u2, &mut t2);
+                let _ = t2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    format!("tcp://{addr}")
+}
+
+/// A container stage on an engine without a shared filesystem: inputs go in and outputs come
+/// back through the archive API, the container has no bind mount, and the outputs are byte for
+/// byte those of the bind-mount run.
+#[test]
+fn archive_transfer_runs_without_bind_mounts_and_matches_bind() {
+    let Some((_d, _gc)) = docker("archive_transfer_runs_without_bind_mounts_and_matches_bind")
+    else {
+        return;
+    };
+    let tcp = engine_over_tcp();
+    let pipeline = |transfer: &str, host: &str| {
+        format!(
+            r#"
+[pipeline]
+name = "xfer"
+[stages.make]
+run = "head -c 300000 /dev/urandom > {{{{ out.blob }}}}; mkdir -p {{{{ out.tree }}}}/sub; echo hi > {{{{ out.tree }}}}/sub/f"
+outputs = {{ blob = "blob.bin", tree = "tree" }}
+[stages.use]
+image = "{BUSYBOX}"
+docker_host = "{host}"
+transfer = "{transfer}"
+inputs = {{ blob = "make.blob", tree = "make.tree" }}
+run = "(grep -c ' /heddle/' /proc/mounts || true) > {{{{ out.mounts }}}}; cat {{{{ in.blob }}}} {{{{ in.tree }}}}/sub/f > {{{{ out.copy }}}}; mkdir {{{{ out.dir }}}}; cp {{{{ in.tree }}}}/sub/f {{{{ out.dir }}}}/g"
+outputs = {{ mounts = "mounts.txt", copy = "copy.bin", dir = "dir" }}
+"#
+        )
+    };
+    let p = Project::new();
+    p.file("p.toml", &pipeline("bind", "unix:///var/run/docker.sock"));
+    p.run("p.toml", &[]).ok();
+    let bind_copy = std::fs::read(p.path("out/xfer/use/copy.bin")).unwrap();
+    assert_ne!(p.read("out/xfer/use/mounts.txt").trim(), "0");
+
+    p.file("p.toml", &pipeline("archive", &tcp));
+    p.run("p.toml", &["--force", "use"]).ok();
+    assert_eq!(
+        p.read("out/xfer/use/mounts.txt").trim(),
+        "0",
+        "no bind mount"
+    );
+    assert_eq!(
+        std::fs::read(p.path("out/xfer/use/copy.bin")).unwrap(),
+        bind_copy
+    );
+    assert_eq!(p.read("out/xfer/use/dir/g"), "hi\n");
+    // `auto` picks the archive for a tcp:// engine.
+    p.file("p.toml", &pipeline("auto", &tcp));
+    p.run("p.toml", &["--force", "use"]).ok();
+    assert_eq!(p.read("out/xfer/use/mounts.txt").trim(), "0");
+}

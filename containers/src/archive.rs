@@ -57,9 +57,9 @@ impl Engine {
             id,
             Some(UploadToContainerOptions {
                 path: "/".to_string(),
-                // Owned by the container's user (heddle runs it as the invoking user), so
-                // the writable folders stay writable.
-                copy_uidgid: Some("1".to_string()),
+                // No `copyUIDGID`: the engine then keeps the tar's owners, i.e. the invoking
+                // user who owns the sandbox and whom the container runs as (copyUIDGID would
+                // need that user in the image's passwd).
                 ..Default::default()
             }),
             bollard::body_stream(body),
