@@ -33,6 +33,7 @@ fuzz_target!(|data: &[u8]| {
     let opts = LoadOptions {
         overrides: Vec::new(),
         root: Some(root.clone()),
+        stage_lib: None,
     };
     if let Ok(p) = load_str(&root.join("p.toml"), text.to_string(), &opts) {
         // Matrices multiply: keep a planned pipeline small enough to expand quickly.

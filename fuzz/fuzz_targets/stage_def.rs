@@ -44,6 +44,7 @@ fuzz_target!(|data: &[u8]| {
     let opts = LoadOptions {
         overrides: Vec::new(),
         root: Some(root.clone()),
+        stage_lib: None,
     };
     if let Ok(p) = load_str(&root.join("p.toml"), PIPELINE.to_string(), &opts) {
         let _ = heddle_runner::plan::build(Arc::new(p));
