@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use heddle_containers::{test_images, Engine, ImageIdentity, PullPolicy};
 use serde_json::Value;
-use support::Project;
+use support::{instance, Project};
 
 const BUSYBOX: &str = test_images::BUSYBOX;
 
@@ -127,16 +127,6 @@ fn project(text: &str) -> Project {
 fn last(p: &Project) -> Value {
     let show = p.heddle(&["show", "last", "--json"]).ok();
     serde_json::from_str(&show.stdout).expect("run record is JSON")
-}
-
-fn instance<'a>(record: &'a Value, label: &str) -> &'a Value {
-    record["instances"]
-        .as_array()
-        .expect("instances")
-        .iter()
-        .find(|i| i[0] == label)
-        .map(|i| &i[1])
-        .unwrap_or_else(|| panic!("no instance {label} in {record:#}"))
 }
 
 fn run_id(record: &Value) -> String {
