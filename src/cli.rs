@@ -36,6 +36,14 @@ struct Cli {
     /// Project root (default: the nearest folder above the pipeline with stages/, .heddle/ or .git).
     #[arg(long, global = true)]
     root: Option<PathBuf>,
+    /// Shared cache to read through and write back (s3://bucket/prefix, webdav+http://host/path,
+    /// file:///dir); also `HEDDLE_REMOTE_CACHE` or `[cache] remote` in .heddle/config.toml or
+    /// ~/.config/heddle/config.toml.
+    #[arg(long, global = true, value_name = "URL")]
+    remote_cache: Option<String>,
+    /// read: only fetch from the shared cache; readwrite (default): also upload what runs here.
+    #[arg(long, global = true, value_name = "MODE")]
+    remote_cache_mode: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -170,6 +178,15 @@ enum CacheCmd {
     },
     /// Re-hash every blob and report every bad entry.
     Verify,
+    /// Upload to the shared cache what a run (default: the last) or a lock file references.
+    Push {
+        /// A run id, a unique prefix, or `last`.
+        #[arg(conflicts_with = "lock")]
+        run: Option<String>,
+        /// A lock file whose instances to upload.
+        #[arg(long, value_name = "FILE")]
+        lock: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -419,12 +436,15 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
                 }
             }
             let store = open_store(&cli)?;
+            let remote = open_remote(&cli, &plan.pipeline.root, store.clone())?
+                .map(crate::remote_cache::gate);
             let opts = RunOptions {
                 jobs: (*jobs).max(1),
                 keep_going: *keep_going,
                 force: force.iter().cloned().collect(),
                 no_cache: *no_cache,
                 run_id: record::new_run_id(),
+                remote: remote.clone(),
             };
             let rec = execute(plan.clone(), store, None, opts, *progress).await?;
             let saved = record::save(&plan.pipeline.root, &rec);
@@ -442,6 +462,14 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
                 secs(rec.duration_ms)
             );
             eprintln!("outputs: {}", display_rel(&out_dir));
+            if let Some(g) = &remote {
+                let (fetched, pushed) = g.counts();
+                eprintln!(
+                    "remote cache {}: {fetched} fetched, {pushed} uploaded{}",
+                    g.describe(),
+                    if g.is_down() { " (unavailable)" } else { "" }
+                );
+            }
             for (_, r) in rec
                 .instances
                 .iter()
@@ -481,9 +509,16 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
             })
         }
         Cmd::Plan { p, json } => {
-            let (_, ctx) = prepared(&cli, p).await?;
-            let history = sched::CacheHistory::new(&ctx.store);
-            let rows = sched::preview(&ctx, &RunOptions::default(), &history, false);
+            let (plan, ctx) = prepared(&cli, p).await?;
+            let remote = open_remote(&cli, &plan.pipeline.root, ctx.store.clone())?;
+            let history: Box<dyn sched::History> = match remote {
+                Some(r) => Box::new(crate::remote_cache::RemoteHistory::new(
+                    &ctx.store,
+                    crate::remote_cache::gate(r),
+                )),
+                None => Box::new(sched::CacheHistory::new(&ctx.store)),
+            };
+            let rows = sched::preview(&ctx, &RunOptions::default(), history.as_ref(), false);
             if *json {
                 println!("{}", serde_json::to_string_pretty(&rows).expect("json"));
             } else {
@@ -493,7 +528,9 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
                 let mut out = std::io::BufWriter::new(std::io::stdout().lock());
                 let width = rows.iter().map(|r| r.label.len()).max().unwrap_or(0);
                 for r in &rows {
-                    let written = if r.cached {
+                    let written = if r.cached && r.remote {
+                        writeln!(out, "cached  {:width$}  (remote)", r.label)
+                    } else if r.cached {
                         writeln!(out, "cached  {:width$}", r.label)
                     } else {
                         writeln!(out, "run     {:width$}  {}", r.label, r.reason)
@@ -716,6 +753,9 @@ async fn dispatch(cli: Cli) -> Result<i32, Fail> {
             }
             Ok(EXIT_OK)
         }
+        Cmd::Cache {
+            cmd: CacheCmd::Push { run, lock },
+        } => cache_push(&cli, run.as_deref(), lock.as_deref()).await,
         Cmd::Cache { cmd } => cache_cmd(&cli, cmd),
         Cmd::Report { run, output } => {
             let root = project_root(&cli);
@@ -993,6 +1033,7 @@ fn cache_cmd(cli: &Cli, cmd: &CacheCmd) -> Result<i32, Fail> {
                 Ok(EXIT_STAGE_FAILED)
             }
         }
+        CacheCmd::Push { .. } => unreachable!("dispatched before cache_cmd: it is async"),
         CacheCmd::Gc {
             max_size,
             keep_runs,
@@ -1024,6 +1065,67 @@ fn cache_cmd(cli: &Cli, cmd: &CacheCmd) -> Result<i32, Fail> {
             Ok(EXIT_OK)
         }
     }
+}
+
+/// The shared cache this command uses, if one is configured; a bad configuration is exit 2.
+fn open_remote(
+    cli: &Cli,
+    project_root: &Path,
+    store: Arc<Store>,
+) -> Result<Option<Arc<dyn heddle_runner::shared_cache::SharedCache>>, Fail> {
+    let flags = crate::remote_cache::RemoteFlags {
+        url: cli.remote_cache.clone(),
+        mode: cli.remote_cache_mode.clone(),
+    };
+    crate::remote_cache::open(project_root, &flags, store)
+        .map_err(|e| Fail::invalid(format!("error: {}", heddle_cache::error_chain(&e))))
+}
+
+/// `heddle cache push [RUN | --lock FILE]`.
+async fn cache_push(cli: &Cli, run: Option<&str>, lock: Option<&Path>) -> Result<i32, Fail> {
+    let store = open_store(cli)?;
+    let root = project_root(cli);
+    let Some(remote) = open_remote(cli, &root, store.clone())? else {
+        return Err(Fail::invalid(
+            "error: no remote cache configured: pass --remote-cache URL, set HEDDLE_REMOTE_CACHE, or [cache] remote in .heddle/config.toml",
+        ));
+    };
+    let keys: Vec<Digest> = match lock {
+        Some(path) => LockFile::read(path)
+            .map_err(|e| Fail::invalid(format!("error: {}", heddle_cache::error_chain(&e))))?
+            .instances
+            .iter()
+            .filter_map(|i| i.cache_key.parse().ok())
+            .collect(),
+        None => record::load(&root, run.unwrap_or("last"))
+            .map_err(|e| Fail::invalid(format!("error: {e}")))?
+            .instances
+            .iter()
+            .filter_map(|(_, i)| i.cache_key.as_deref().and_then(|k| k.parse().ok()))
+            .collect(),
+    };
+    let summary = crate::remote_cache::push_keys(remote.as_ref(), &store, &keys)
+        .await
+        .map_err(|e| Fail {
+            code: if e.unavailable {
+                EXIT_INVALID
+            } else {
+                EXIT_STAGE_FAILED
+            },
+            msg: format!(
+                "error: failed to push to {}: {}",
+                remote.describe(),
+                e.message
+            ),
+        })?;
+    println!("pushed {} actions to {}", summary.pushed, remote.describe());
+    if !summary.missing_locally.is_empty() {
+        println!(
+            "{} referenced actions are not in the local cache (not pushed)",
+            summary.missing_locally.len()
+        );
+    }
+    Ok(EXIT_OK)
 }
 
 /// Cache keys named by lock files under `<root>/pipelines/*.lock`.

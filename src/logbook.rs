@@ -305,6 +305,7 @@ pub async fn verify(entry_path: &Path, rr: &Rerun<'_>, opts: &VerifyOptions) -> 
             force: Default::default(),
             no_cache: opts.fresh,
             run_id: record::new_run_id(),
+            remote: None,
         };
         let rec = rerun(
             &file,
@@ -436,6 +437,7 @@ pub async fn refresh(entry_path: &Path, rr: &Rerun<'_>) -> Result<i32, Fail> {
         force: Default::default(),
         no_cache: false,
         run_id: record::new_run_id(),
+        remote: None,
     };
     let rec = rerun(&file, &sets, rr.store.clone(), None, ropts, rr.progress).await?;
     let _ = record::save(rr.root, &rec);

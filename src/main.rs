@@ -10,6 +10,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod cli;
 mod logbook;
+mod remote_cache;
 mod report;
 mod stages_cmd;
 

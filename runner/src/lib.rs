@@ -26,6 +26,7 @@ pub mod record;
 pub mod render;
 pub mod sandbox;
 pub mod sched;
+pub mod shared_cache;
 pub mod spec;
 pub mod stage_lib;
 pub mod template;

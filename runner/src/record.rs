@@ -59,6 +59,9 @@ pub struct InstanceRecord {
     pub deps: Vec<String>,
     pub status: StatusRecord,
     pub cached: bool,
+    /// Served by the shared (remote) cache: fetched, verified and stored locally in this run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub remote: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_key: Option<String>,
     /// Why it ran (or `cached`).

@@ -55,6 +55,8 @@ pub struct RunOptions {
     pub force: BTreeSet<String>,
     pub no_cache: bool,
     pub run_id: String,
+    /// The shared cache: asked on a local miss, given every action stored (readwrite mode).
+    pub remote: Option<Arc<crate::shared_cache::RemoteGate>>,
 }
 
 /// What the engine tells the reporter. The engine never touches the terminal.
@@ -289,6 +291,9 @@ fn cause_of(s: &StatusRecord) -> Cause {
 pub struct PlanRow {
     pub label: String,
     pub cached: bool,
+    /// The hit is on the shared cache (a run would fetch it).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub remote: bool,
     pub reason: Reason,
     pub key: Option<String>,
     /// The expanded key, when it could be computed.
@@ -315,6 +320,10 @@ pub trait History {
     /// store failures, so they rerun).
     fn recorded_failure(&self, _label: &str, _key: &Digest) -> Option<StatusRecord> {
         None
+    }
+    /// Whether a hit [`History::lookup`] returned came from the shared cache.
+    fn is_remote(&self, _key: &Digest) -> bool {
+        false
     }
 }
 
@@ -376,6 +385,7 @@ pub fn preview(
             |cached, reason, key: Option<&Digest>, parts: Option<KeyParts>, outputs| PlanRow {
                 label: inst.label.clone(),
                 cached,
+                remote: cached && key.is_some_and(|k| history.is_remote(k)),
                 reason,
                 key: key.map(|k| k.to_string()),
                 parts: parts.filter(|_| keep_parts).map(Box::new),
@@ -499,6 +509,7 @@ fn empty_record(stage: &Stage) -> InstanceRecord {
         deps: Vec::new(),
         status: ok_status("", &BTreeMap::new()),
         cached: false,
+        remote: false,
         cache_key: None,
         reason: String::new(),
         duration_ms: 0,
@@ -533,7 +544,9 @@ async fn commit_loop(
     store: Arc<Store>,
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Commit>,
     events: UnboundedSender<Event>,
+    remote: Option<Arc<crate::shared_cache::RemoteGate>>,
 ) {
+    let mut pushes = RemotePushes::new(remote);
     while let Some(first) = rx.recv().await {
         let mut entries = Vec::new();
         let mut locks = Vec::new();
@@ -562,15 +575,60 @@ async fn commit_loop(
         if !entries.is_empty() {
             let st = store.clone();
             let n = entries.len();
+            let keys: Vec<Digest> = entries.iter().map(|e| e.key).collect();
             let res = blocking(move || st.record_actions(&entries)).await;
             drop(locks);
-            if let Err(e) = res {
-                let _ = events.send(Event::Message(format!("failed to record {n} actions: {e}")));
+            match res {
+                Ok(()) => pushes.start(keys),
+                Err(e) => {
+                    let _ =
+                        events.send(Event::Message(format!("failed to record {n} actions: {e}")));
+                }
             }
+        }
+        if !flushes.is_empty() {
+            // A flush is the run's end: what it stored must be on the shared cache first.
+            pushes.finish().await;
         }
         for f in flushes {
             let _ = f.send(());
         }
+    }
+}
+
+/// Write-back: each action, once durable locally, is uploaded in the background (blobs first,
+/// the entry last), a few at a time; the run waits for the uploads before it ends.
+struct RemotePushes {
+    remote: Option<Arc<crate::shared_cache::RemoteGate>>,
+    slots: Arc<Semaphore>,
+    running: tokio::task::JoinSet<()>,
+}
+
+impl RemotePushes {
+    /// Uploads at once: enough to hide request latency, few enough not to starve the stages.
+    const PARALLEL: usize = 4;
+
+    fn new(remote: Option<Arc<crate::shared_cache::RemoteGate>>) -> RemotePushes {
+        RemotePushes {
+            remote: remote.filter(|r| r.writable()),
+            slots: Arc::new(Semaphore::new(Self::PARALLEL)),
+            running: tokio::task::JoinSet::new(),
+        }
+    }
+
+    fn start(&mut self, keys: Vec<Digest>) {
+        let Some(remote) = &self.remote else { return };
+        for key in keys {
+            let (remote, slots) = (remote.clone(), self.slots.clone());
+            self.running.spawn(async move {
+                let _slot = slots.acquire_owned().await;
+                remote.push(key).await;
+            });
+        }
+    }
+
+    async fn finish(&mut self) {
+        while self.running.join_next().await.is_some() {}
     }
 }
 
@@ -603,7 +661,12 @@ pub async fn run(ctx: Context, opts: RunOptions, events: UnboundedSender<Event>)
     let _ = std::fs::create_dir_all(&logs_dir);
     let _ = std::fs::create_dir_all(ctx.store.root().join("scratch"));
     let (commit_tx, commit_rx) = unbounded_channel::<Commit>();
-    let committer = tokio::spawn(commit_loop(ctx.store.clone(), commit_rx, events.clone()));
+    let committer = tokio::spawn(commit_loop(
+        ctx.store.clone(),
+        commit_rx,
+        events.clone(),
+        opts.remote.clone(),
+    ));
     let shared = Arc::new(Shared {
         commits: commit_tx,
         families: Default::default(),
@@ -878,6 +941,9 @@ async fn process(sh: &Arc<Shared>, id: usize, inputs: BTreeMap<String, Resolved>
 
     if cacheable {
         if let Some(d) = try_hit(sh, id, &key, &mut record).await {
+            return d;
+        }
+        if let Some(d) = try_remote_hit(sh, id, &key, &mut record).await {
             return d;
         }
     }
@@ -1183,6 +1249,24 @@ async fn try_hit(
         outputs: entry.outputs,
         record: record.clone(),
     })
+}
+
+/// Read-through: on a local miss, ask the shared cache; what it brings is verified and in the
+/// local store before [`try_hit`] serves it from there.
+async fn try_remote_hit(
+    sh: &Arc<Shared>,
+    id: usize,
+    key: &Digest,
+    record: &mut InstanceRecord,
+) -> Option<Done> {
+    let gate = sh.opts.remote.as_ref()?;
+    if !gate.fetch(*key).await {
+        return None;
+    }
+    let mut done = try_hit(sh, id, key, record).await?;
+    record.remote = true;
+    done.record.remote = true;
+    Some(done)
 }
 
 fn relative_paths(root: &Path, paths: BTreeMap<String, String>) -> BTreeMap<String, String> {

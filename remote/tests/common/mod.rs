@@ -16,11 +16,15 @@ use heddle_remote::{
     Timeouts,
 };
 
+/// The workspace root, whether this file is compiled into heddle-remote's tests or (through
+/// `#[path]`) into the binary's end-to-end tests.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if dir.join("remote").is_dir() {
+        dir.to_path_buf()
+    } else {
+        dir.parent().unwrap().to_path_buf()
+    }
 }
 
 /// `None` (after saying why) when the server is not installed and the run does not require

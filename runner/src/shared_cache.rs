@@ -1,0 +1,258 @@
+//! The shared (remote) cache as the scheduler sees it: asked on a local miss, offered every
+//! action stored locally. The runner knows no backend: the binary plugs one in
+//! (`heddle-remote`: S3, WebDAV, a directory), so the scheduler stays free of storage clients.
+//!
+//! A shared cache may never make a run wrong or stuck. [`RemoteGate`] holds that policy in one
+//! place: the first sign that the remote is unreachable turns it off for the rest of the run
+//! with one warning; an entry or blob that fails verification is a miss (the instance runs
+//! locally) with one warning per run.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use heddle_cache::{ActionEntry, Digest};
+
+/// Why a shared-cache call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct SharedCacheError {
+    /// The remote could not be reached or timed out (as opposed to answering with bad data).
+    pub unavailable: bool,
+    /// The message with its causes, as the user should read it.
+    pub message: String,
+}
+
+/// A shared cache of actions and blobs. Implementations verify every blob by sha256 before
+/// it enters the local store and write blobs before the entry that names them.
+pub trait SharedCache: Send + Sync {
+    /// The remote's address for messages (`s3://bucket/prefix`), never with credentials.
+    fn describe(&self) -> String;
+    /// Whether this run may upload (`--remote-cache-mode readwrite`).
+    fn writable(&self) -> bool;
+    /// The remote's entry for `key`, without its blobs (for `heddle plan`, which needs the
+    /// output digests to compute downstream keys). The entry is checked to be `key`'s.
+    fn entry(&self, key: Digest) -> BoxFuture<'_, Result<Option<ActionEntry>, SharedCacheError>>;
+    /// Bring `key`'s entry and every blob it names into the local store. `Ok(true)` when the
+    /// local store now holds the entry.
+    fn fetch(&self, key: Digest) -> BoxFuture<'_, Result<bool, SharedCacheError>>;
+    /// Upload `key`'s blobs the remote lacks, then its entry. Returns the bytes uploaded.
+    fn push(&self, key: Digest) -> BoxFuture<'_, Result<u64, SharedCacheError>>;
+}
+
+/// What the gate tells the user; the scheduler forwards it as a run message.
+pub type Warn = Box<dyn Fn(String) + Send + Sync>;
+
+/// A [`SharedCache`] behind the run's degradation policy.
+pub struct RemoteGate {
+    inner: Arc<dyn SharedCache>,
+    down: AtomicBool,
+    warned_bad: AtomicBool,
+    fetched: AtomicU64,
+    pushed: AtomicU64,
+    warn: Warn,
+}
+
+impl std::fmt::Debug for RemoteGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteGate")
+            .field("remote", &self.inner.describe())
+            .field("down", &self.is_down())
+            .finish()
+    }
+}
+
+impl RemoteGate {
+    pub fn new(inner: Arc<dyn SharedCache>, warn: Warn) -> RemoteGate {
+        RemoteGate {
+            inner,
+            down: AtomicBool::new(false),
+            warned_bad: AtomicBool::new(false),
+            fetched: AtomicU64::new(0),
+            pushed: AtomicU64::new(0),
+            warn,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    pub fn writable(&self) -> bool {
+        self.inner.writable()
+    }
+
+    /// Whether the remote was given up on during this run.
+    pub fn is_down(&self) -> bool {
+        self.down.load(Ordering::Relaxed)
+    }
+
+    /// Actions fetched and pushed so far.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.fetched.load(Ordering::Relaxed),
+            self.pushed.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The remote's entry for `key`; `None` on a miss or any failure.
+    pub async fn entry(&self, key: Digest) -> Option<ActionEntry> {
+        if self.is_down() {
+            return None;
+        }
+        match self.inner.entry(key).await {
+            Ok(found) => found,
+            Err(e) => {
+                self.failed(e);
+                None
+            }
+        }
+    }
+
+    /// `true` when `key` was fetched into the local store.
+    pub async fn fetch(&self, key: Digest) -> bool {
+        if self.is_down() {
+            return false;
+        }
+        match self.inner.fetch(key).await {
+            Ok(true) => {
+                self.fetched.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Ok(false) => false,
+            Err(e) => self.failed(e),
+        }
+    }
+
+    /// Upload `key` when this run may write; failures only warn.
+    pub async fn push(&self, key: Digest) {
+        if self.is_down() || !self.writable() {
+            return;
+        }
+        match self.inner.push(key).await {
+            Ok(_) => {
+                self.pushed.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.failed(e);
+            }
+        }
+    }
+
+    /// Apply the policy to a failure; always `false` (the caller treats it as a miss).
+    fn failed(&self, e: SharedCacheError) -> bool {
+        if e.unavailable {
+            if !self.down.swap(true, Ordering::Relaxed) {
+                (self.warn)(format!(
+                    "warning: remote cache {} is unavailable; this run continues with the local cache only: {}",
+                    self.inner.describe(),
+                    e.message
+                ));
+            }
+        } else if !self.warned_bad.swap(true, Ordering::Relaxed) {
+            (self.warn)(format!(
+                "warning: remote cache {} returned data that failed verification; it was not used (the instance runs here): {}",
+                self.inner.describe(),
+                e.message
+            ));
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A shared cache that fails every call in one way: enough to pin the gate's policy.
+    struct Failing {
+        unavailable: bool,
+        calls: AtomicU64,
+    }
+
+    impl SharedCache for Failing {
+        fn describe(&self) -> String {
+            "test://failing".into()
+        }
+        fn writable(&self) -> bool {
+            true
+        }
+        fn entry(&self, _: Digest) -> BoxFuture<'_, Result<Option<ActionEntry>, SharedCacheError>> {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            let unavailable = self.unavailable;
+            Box::pin(async move {
+                Err(SharedCacheError {
+                    unavailable,
+                    message: "boom".into(),
+                })
+            })
+        }
+        fn fetch(&self, _: Digest) -> BoxFuture<'_, Result<bool, SharedCacheError>> {
+            self.fail()
+        }
+        fn push(&self, _: Digest) -> BoxFuture<'_, Result<u64, SharedCacheError>> {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            let unavailable = self.unavailable;
+            Box::pin(async move {
+                Err(SharedCacheError {
+                    unavailable,
+                    message: "boom".into(),
+                })
+            })
+        }
+    }
+
+    impl Failing {
+        fn fail(&self) -> BoxFuture<'_, Result<bool, SharedCacheError>> {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            let unavailable = self.unavailable;
+            Box::pin(async move {
+                Err(SharedCacheError {
+                    unavailable,
+                    message: "boom".into(),
+                })
+            })
+        }
+    }
+
+    fn gate(unavailable: bool) -> (RemoteGate, Arc<Failing>, Arc<Mutex<Vec<String>>>) {
+        let inner = Arc::new(Failing {
+            unavailable,
+            calls: AtomicU64::new(0),
+        });
+        let said = Arc::new(Mutex::new(Vec::new()));
+        let sink = said.clone();
+        let g = RemoteGate::new(
+            inner.clone(),
+            Box::new(move |m| sink.lock().unwrap().push(m)),
+        );
+        (g, inner, said)
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_remote_is_asked_once_and_warned_about_once() {
+        let (g, inner, said) = gate(true);
+        let key = Digest::of_bytes(b"k");
+        assert!(!g.fetch(key).await);
+        assert!(!g.fetch(key).await);
+        assert!(g.entry(key).await.is_none());
+        g.push(key).await;
+        assert_eq!(inner.calls.load(Ordering::Relaxed), 1);
+        let said = said.lock().unwrap();
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(said[0].contains("unavailable") && said[0].contains("boom"));
+        assert!(g.is_down());
+    }
+
+    #[tokio::test]
+    async fn bad_data_is_a_miss_that_keeps_the_remote_on_and_warns_once() {
+        let (g, inner, said) = gate(false);
+        let key = Digest::of_bytes(b"k");
+        assert!(!g.fetch(key).await);
+        assert!(!g.fetch(key).await);
+        assert_eq!(inner.calls.load(Ordering::Relaxed), 2);
+        assert!(!g.is_down());
+        assert_eq!(said.lock().unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,248 @@
+//! The shared cache through the binary: two cache dirs (two engineers) sharing one bucket on a
+//! real S3 server (moto) or WebDAV server (nginx), started by the test on 127.0.0.1. What the
+//! remote serves is verified; a remote that breaks costs one warning and local work, never a
+//! wrong result or a failed run.
+
+#[path = "../remote/tests/common/mod.rs"]
+mod servers;
+mod support;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use servers::{boto, s3_env, start_moto, start_nginx, Server, BUCKET};
+use support::{instance, Project, Run};
+
+/// Two stages, a file and a folder output: enough to move blobs, a tree manifest and entries.
+const PIPELINE: &str = r#"
+[pipeline]
+name = "shared"
+
+[stages.make]
+run = "printf 'weights' > {{ out.w }} && mkdir -p {{ out.d }}/sub && printf one > {{ out.d }}/sub/a.txt"
+outputs = { w = "w.bin", d = "d" }
+
+[stages.use]
+inputs = { w = "make.w", d = "make.d" }
+run = "cat {{ in.w }} {{ in.d }}/sub/a.txt > {{ out.r }}"
+outputs = { r = "r.txt" }
+"#;
+
+/// One engineer: a project with the pipeline and a cache dir of their own.
+fn engineer() -> Project {
+    let p = Project::new();
+    p.file("pipelines/shared.toml", PIPELINE);
+    p
+}
+
+fn with_remote(p: &Project, remote: &Remote, args: &[&str]) -> Run {
+    let mut c = p.cmd(args);
+    for (k, v) in &remote.env {
+        c.env(k, v);
+    }
+    c.env("HEDDLE_REMOTE_CACHE", &remote.url);
+    c.output().unwrap().into()
+}
+
+struct Remote {
+    server: Server,
+    url: String,
+    env: Vec<(String, String)>,
+}
+
+fn s3(prefix: &str) -> Option<Remote> {
+    let server = start_moto()?;
+    let env = s3_env(server.port).into_iter().collect();
+    Some(Remote {
+        url: format!("s3://{BUCKET}/{prefix}"),
+        env,
+        server,
+    })
+}
+
+fn webdav() -> Option<Remote> {
+    let server = start_nginx()?;
+    Some(Remote {
+        url: format!("webdav+http://127.0.0.1:{}/heddle", server.port),
+        env: Vec::new(),
+        server,
+    })
+}
+
+fn cached_flags(record: &serde_json::Value, label: &str) -> (bool, bool) {
+    let i = instance(record, label);
+    (
+        i["cached"].as_bool().unwrap_or(false),
+        i["remote"].as_bool().unwrap_or(false),
+    )
+}
+
+fn outputs(p: &Project) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut v = Vec::new();
+    for rel in [
+        "out/shared/make/w.bin",
+        "out/shared/make/d/sub/a.txt",
+        "out/shared/use/r.txt",
+    ] {
+        v.push((rel.into(), std::fs::read(p.path(rel)).unwrap()));
+    }
+    v
+}
+
+fn second_engineer_executes_nothing(remote: Remote) {
+    let a = engineer();
+    with_remote(&a, &remote, &["run", "--progress", "plain"]).ok();
+    let rec = a.last_record();
+    assert_eq!(cached_flags(&rec, "make"), (false, false));
+
+    let b = engineer();
+    let plan = with_remote(&b, &remote, &["plan"]).ok();
+    assert!(
+        plan.stdout.contains("make") && plan.stdout.matches("(remote)").count() == 2,
+        "{}",
+        plan.stdout
+    );
+    let run = with_remote(&b, &remote, &["run", "--progress", "plain"]).ok();
+    assert!(!run.stderr.contains("warning"), "{}", run.stderr);
+    let rec = b.last_record();
+    assert_eq!(cached_flags(&rec, "make"), (true, true));
+    assert_eq!(cached_flags(&rec, "use"), (true, true));
+    assert_eq!(outputs(&a), outputs(&b));
+    assert_eq!(b.read("out/shared/use/r.txt"), "weightsone");
+}
+
+#[test]
+fn s3_second_cache_dir_executes_nothing_and_gets_identical_outputs() {
+    let Some(remote) = s3("team") else { return };
+    second_engineer_executes_nothing(remote);
+}
+
+#[test]
+fn webdav_second_cache_dir_executes_nothing_and_gets_identical_outputs() {
+    let Some(remote) = webdav() else { return };
+    second_engineer_executes_nothing(remote);
+}
+
+#[test]
+fn a_corrupted_blob_in_the_bucket_is_recomputed_never_served() {
+    let Some(remote) = s3("corrupt") else { return };
+    let a = engineer();
+    with_remote(&a, &remote, &["run", "--progress", "plain"]).ok();
+    // Every blob in the bucket gets one flipped byte, behind heddle's back.
+    boto(
+        &remote.server,
+        &format!(
+            "for o in s3.list_objects_v2(Bucket='{BUCKET}', Prefix='corrupt/cas/')['Contents']:\n    \
+             b = bytearray(s3.get_object(Bucket='{BUCKET}', Key=o['Key'])['Body'].read())\n    \
+             b[0] ^= 1\n    \
+             s3.put_object(Bucket='{BUCKET}', Key=o['Key'], Body=bytes(b))"
+        ),
+    );
+    let b = engineer();
+    let run = with_remote(&b, &remote, &["run", "--progress", "plain"]).ok();
+    assert_eq!(
+        run.stderr.matches("failed verification").count(),
+        1,
+        "{}",
+        run.stderr
+    );
+    let rec = b.last_record();
+    assert_eq!(cached_flags(&rec, "make"), (false, false));
+    assert_eq!(b.read("out/shared/use/r.txt"), "weightsone");
+}
+
+#[test]
+fn a_server_killed_mid_run_costs_one_warning_and_the_run_completes() {
+    let Some(mut remote) = s3("killed") else {
+        return;
+    };
+    let p = Project::new();
+    // The first stage waits for the test to kill the server, so the kill lands mid-run.
+    let gate = p.path("go");
+    p.file(
+        "pipelines/shared.toml",
+        &PIPELINE.replace(
+            "printf 'weights'",
+            &format!(
+                "touch {}.started; while [ ! -e {} ]; do sleep 0.05; done; printf 'weights'",
+                gate.display(),
+                gate.display()
+            ),
+        ),
+    );
+    let mut c = p.cmd(&["run", "--progress", "plain"]);
+    for (k, v) in &remote.env {
+        c.env(k, v);
+    }
+    c.env("HEDDLE_REMOTE_CACHE", &remote.url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    let started = PathBuf::from(format!("{}.started", gate.display()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !started.exists() {
+        assert!(Instant::now() < deadline, "the first stage never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    remote.server.kill();
+    std::fs::write(&gate, "").unwrap();
+    let run: Run = child.wait_with_output().unwrap().into();
+    let run = run.ok();
+    assert_eq!(
+        run.stderr.matches("is unavailable").count(),
+        1,
+        "{}",
+        run.stderr
+    );
+    assert_eq!(p.read("out/shared/use/r.txt"), "weightsone");
+}
+
+#[test]
+fn cache_push_uploads_what_a_lock_file_names() {
+    let Some(remote) = s3("pushed") else { return };
+    let a = engineer();
+    // A run with no remote: everything is local only.
+    a.run("pipelines/shared.toml", &[]).ok();
+    assert!(a.path("pipelines/shared.lock").exists());
+    let push = with_remote(
+        &a,
+        &remote,
+        &["cache", "push", "--lock", "pipelines/shared.lock"],
+    )
+    .ok();
+    assert!(push.stdout.contains("pushed 2 actions"), "{}", push.stdout);
+
+    let b = engineer();
+    with_remote(&b, &remote, &["run", "--progress", "plain"]).ok();
+    let rec = b.last_record();
+    assert_eq!(cached_flags(&rec, "make"), (true, true));
+    assert_eq!(cached_flags(&rec, "use"), (true, true));
+}
+
+#[test]
+fn read_mode_never_uploads() {
+    let Some(remote) = s3("readonly") else { return };
+    let a = engineer();
+    with_remote(
+        &a,
+        &remote,
+        &["run", "--progress", "plain", "--remote-cache-mode", "read"],
+    )
+    .ok();
+    let b = engineer();
+    with_remote(&b, &remote, &["run", "--progress", "plain"]).ok();
+    assert_eq!(cached_flags(&b.last_record(), "make"), (false, false));
+}
+
+#[test]
+fn an_unknown_remote_scheme_is_a_user_error() {
+    let p = engineer();
+    let r = p
+        .cmd(&["run", "--remote-cache", "gopher://x/y"])
+        .output()
+        .unwrap();
+    let r: Run = r.into();
+    let r = r.code(2);
+    assert!(r.stderr.contains("gopher://x/y"), "{}", r.stderr);
+}
