@@ -57,6 +57,7 @@ def run_stage(uses, label, outdir, inputs=None, with_=None, python=None, extra_e
     for k, decl in spec.get("inputs", {}).items():
         if decl.get("optional") and k not in inputs:
             env[f"in.{k}"] = ""  # heddle renders an unbound optional input as nothing
+            env[f"in.{k}.dir"] = ""  # heddle: a folder that does not exist
     outs = {}
     for k, v in spec.get("outputs", {}).items():
         outs[k] = os.path.join(outdir, v)
