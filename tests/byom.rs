@@ -4,12 +4,16 @@
 //! Constant nodes) and real images (the samples scikit-image ships in its wheel), then
 //! `heddle run` on the scaffolded pipeline: import → images → ORT quantisation × 3 → compile →
 //! eval. Nothing is copied from this repository: the stages come from the library in the binary.
+//! The DFC backend (`pipelines/compile-onnx-dfc.toml`, the one repository file that test copies)
+//! runs the same model through the TEST DOUBLE of the DFC in Docker, with a user model script.
 //!
 //! tests/all.sh installs both packages (--no-deps: only their files are used) into its venv and
 //! sets HEDDLE_BYOM_SITE to its site-packages; without it the test says it skipped.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+const DOUBLE_IMAGE: &str = "heddle-test/dfc-double:latest";
 
 fn site() -> Option<PathBuf> {
     if let Some(s) = std::env::var_os("HEDDLE_BYOM_SITE") {
@@ -23,43 +27,26 @@ fn site() -> Option<PathBuf> {
         .find(|p| p.join("rapidocr_onnxruntime").is_dir())
 }
 
-#[test]
-fn foreign_model_from_an_empty_folder() {
-    let Some(site) = site() else {
+/// The installed packages' site-packages, or None after saying why (a failure under
+/// HEDDLE_REQUIRE_BYOM).
+fn site_or_skip() -> Option<PathBuf> {
+    let found = site();
+    if found.is_none() {
         assert!(
             std::env::var_os("HEDDLE_REQUIRE_BYOM").is_none(),
             "HEDDLE_REQUIRE_BYOM is set but rapidocr-onnxruntime / scikit-image are not installed"
         );
         eprintln!("skipped: rapidocr-onnxruntime and scikit-image not installed (bash tests/all.sh installs them)");
-        return;
-    };
+    }
+    found
+}
+
+/// The user's own files in `project`: their model at model.onnx and a folder images/ of 12 of
+/// the shipped samples (colour, greyscale and RGBA, PNG and JPEG).
+fn user_files(site: &Path, project: &Path) {
     let model = site.join("rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx");
     let images = site.join("skimage/data");
     assert!(model.is_file(), "{}", model.display());
-    let dir = tempfile::tempdir().unwrap();
-    let bin = env!("CARGO_BIN_EXE_heddle");
-    let cache = dir.path().join("cache");
-    let run = |args: &[&str]| {
-        let out = Command::new(bin)
-            .args(args)
-            .current_dir(dir.path().join("project"))
-            .env("HEDDLE_CACHE_DIR", &cache)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "heddle {args:?} failed:\n{text}");
-        text
-    };
-    let project = dir.path().join("project");
-    std::fs::create_dir(&project).unwrap();
-    assert_eq!(
-        run(&["init", "--example", "compile-onnx"]),
-        "created .heddle/, .gitignore and pipelines/compile-onnx.toml\nnext: heddle run pipelines/compile-onnx.toml\n"
-    );
-    assert!(!project.join("stages").exists());
-    // The user's own files: their model and a folder of their images (12 of the shipped samples:
-    // colour, greyscale and RGBA, PNG and JPEG).
     std::fs::copy(&model, project.join("model.onnx")).unwrap();
     std::fs::create_dir(project.join("images")).unwrap();
     let mut names: Vec<_> = std::fs::read_dir(&images)
@@ -73,6 +60,43 @@ fn foreign_model_from_an_empty_folder() {
     for n in names.iter().take(12) {
         std::fs::copy(images.join(n), project.join("images").join(n)).unwrap();
     }
+}
+
+/// `heddle ARGS` in `project` with the cache beside it; panics with the output on failure.
+fn heddle_ok(project: &Path, cache: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_heddle"))
+        .args(args)
+        .current_dir(project)
+        .env("HEDDLE_CACHE_DIR", cache)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "heddle {args:?} failed:\n{text}");
+    text
+}
+
+fn json_at(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn foreign_model_from_an_empty_folder() {
+    let Some(site) = site_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let project = dir.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    let run = |args: &[&str]| heddle_ok(&project, &cache, args);
+    assert_eq!(
+        run(&["init", "--example", "compile-onnx"]),
+        "created .heddle/, .gitignore and pipelines/compile-onnx.toml\nnext: heddle run pipelines/compile-onnx.toml\n"
+    );
+    assert!(!project.join("stages").exists());
+    user_files(&site, &project);
     // Its input is x[?, 3, ?, ?]: the model's own input size (48x192, rapidocr's config) fixes it.
     run(&[
         "run",
@@ -80,17 +104,11 @@ fn foreign_model_from_an_empty_folder() {
         "--set",
         "shape=[1,3,48,192]",
     ]);
-    let meta: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(project.join("out/compile-onnx/import/meta.json")).unwrap(),
-    )
-    .unwrap();
+    let meta = json_at(&project.join("out/compile-onnx/import/meta.json"));
     assert_eq!(meta["input_shape_nchw"], serde_json::json!([1, 3, 48, 192]));
     assert_eq!(meta["output_shape_nchw"], serde_json::json!([1, 2]));
     assert!(meta["constants_to_initializers"].as_u64().unwrap() > 0);
-    let summary: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(project.join("out/compile-onnx/eval/eval.json")).unwrap(),
-    )
-    .unwrap();
+    let summary = json_at(&project.join("out/compile-onnx/eval/eval.json"));
     assert_eq!(summary["heldout"], 4);
     let rows = summary["rows"].as_array().unwrap();
     let ok: Vec<_> = rows.iter().filter(|r| r["status"] == "ok").collect();
@@ -130,6 +148,159 @@ fn foreign_model_from_an_empty_folder() {
         "--set",
         "shape=[1,3,48,192]",
     ]);
+    assert!(again.contains("0 ran"), "{again}");
+    // Nothing of this repository in the project: the scaffold, the user's files and the outputs.
+    let mut top: Vec<_> = std::fs::read_dir(&project)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    top.sort();
+    assert_eq!(
+        top,
+        [
+            ".gitignore",
+            ".heddle",
+            "images",
+            "model.onnx",
+            "out",
+            "pipelines"
+        ]
+    );
+    assert_eq!(
+        std::fs::read_dir(project.join("pipelines"))
+            .unwrap()
+            .count(),
+        1
+    );
+    assert!(!dir
+        .path()
+        .starts_with(Path::new(env!("CARGO_MANIFEST_DIR"))));
+}
+
+/// The engine and the DFC double image, or false after saying why (a failure under
+/// HEDDLE_REQUIRE_DOCKER=1).
+fn docker_double_ready(what: &str) -> bool {
+    let image = Command::new("docker")
+        .args(["image", "inspect", DOUBLE_IMAGE])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !image {
+        let why = format!(
+            "no Docker Engine or no image {DOUBLE_IMAGE} (bash tests/images/dfc-double/build.sh)"
+        );
+        assert!(
+            std::env::var("HEDDLE_REQUIRE_DOCKER").as_deref() != Ok("1"),
+            "{what}: HEDDLE_REQUIRE_DOCKER=1 but {why}"
+        );
+        eprintln!("skipped {what}: {why}");
+    }
+    image
+}
+
+/// The DFC backend on the foreign model, against the TEST DOUBLE of the DFC (numbers mean
+/// nothing; the chain, the failures reaching the table and the model-script merge are checked).
+#[test]
+fn foreign_model_through_the_dfc_double_with_a_user_model_script() {
+    let Some(site) = site_or_skip() else {
+        return;
+    };
+    if !docker_double_ready("foreign_model_through_the_dfc_double_with_a_user_model_script") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let project = dir.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    let run = |args: &[&str]| heddle_ok(&project, &cache, args);
+    run(&["init"]);
+    user_files(&site, &project);
+    // The pipeline (not an `init` example), with the user's model script bound to optimize.
+    let pipeline = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("pipelines/compile-onnx-dfc.toml"),
+    )
+    .unwrap();
+    let bound = pipeline.replacen(
+        r#"inputs = { har = "translate.har", calib = "images.calib" }"#,
+        r#"inputs = { har = "translate.har", calib = "images.calib", alls = { path = "model.alls" } }"#,
+        1,
+    );
+    assert_ne!(bound, pipeline, "optimize's inputs line moved");
+    std::fs::write(project.join("pipelines/compile-onnx-dfc.toml"), bound).unwrap();
+    std::fs::write(
+        project.join("model.alls"),
+        "# the user's own lines\nmodel_optimization_config(calibration, batch_size=2)\n\
+         performance_param(compiler_optimization_level=max)\n",
+    )
+    .unwrap();
+    let args = [
+        "run",
+        "pipelines/compile-onnx-dfc.toml",
+        "--set",
+        "shape=[1,3,48,192]",
+        "--set",
+        "dfc_image=heddle-test/dfc-double:latest",
+        "--set",
+        "gpus=none",
+    ];
+    run(&args);
+    let out = project.join("out/compile-onnx-dfc");
+    let rep = json_at(&out.join("optimize[precision=a16_w16]/optimize.json"));
+    assert!(rep["sdk"]["test_double"]
+        .as_str()
+        .unwrap()
+        .starts_with("TEST DOUBLE"));
+    assert_eq!(
+        rep["model_script"],
+        "quantization_param({*}, precision_mode=a16_w16)\n\
+         model_optimization_flavor(optimization_level=2, compression_level=0)\n\
+         model_optimization_config(calibration, batch_size=2, calibset_size=1024)\n\
+         performance_param(compiler_optimization_level=max)\n"
+    );
+    assert_eq!(
+        rep["model_script_overrides"],
+        serde_json::json!([{"command": "model_optimization_config", "target": "calibration",
+                            "keyword": "batch_size", "stage": "8", "user": "2"}])
+    );
+    // 8 images calibrate (12 minus 4 held out); the DFC uses at most what it is given.
+    assert_eq!(rep["calibration_entries"], 8);
+    let hef = std::fs::read(out.join("compile[precision=a16_w16]/model.hef")).unwrap();
+    assert!(String::from_utf8_lossy(&hef).contains("TEST DOUBLE"));
+    let summary = json_at(&out.join("eval/eval.json"));
+    assert_eq!(summary["heldout"], 4);
+    let rows: Vec<_> = summary["rows"].as_array().unwrap().iter().collect();
+    let row = |p: &str, c: &str| {
+        *rows
+            .iter()
+            .find(|r| r["precision"] == p && r["context"] == c)
+            .unwrap_or_else(|| panic!("no row {p} {c}: {rows:?}"))
+    };
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    // The double's known failures reach the table as rows: a16_w4 inside optimize (both
+    // contexts skipped), a8_w8 inside SDK_BIT_EXACT inference.
+    for c in ["SDK_QUANTIZED", "SDK_BIT_EXACT"] {
+        assert_eq!(row("a16_w4", c)["status"], "skipped");
+    }
+    assert_eq!(
+        row("a8_w8", "SDK_BIT_EXACT")["error"],
+        "InferenceError: graph execution error at conv2_1/act_op_1/pow"
+    );
+    for (p, c) in [
+        ("a16_w16", "SDK_QUANTIZED"),
+        ("a16_w16", "SDK_BIT_EXACT"),
+        ("a8_w8", "SDK_QUANTIZED"),
+    ] {
+        let r = row(p, c);
+        assert_eq!(r["status"], "ok", "{r}");
+        assert!(r["mean_abs_diff"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let table = std::fs::read_to_string(out.join("eval/eval.md")).unwrap();
+    assert!(
+        table.contains("float reference: SDK_NATIVE on the translated HAR (DFC emulator, fp32)."),
+        "{table}"
+    );
+    let again = run(&args);
     assert!(again.contains("0 ran"), "{again}");
 }
 

@@ -54,6 +54,10 @@ def run_stage(uses, label, outdir, inputs=None, with_=None, python=None, extra_e
     for k, v in inputs.items():
         env[f"in.{k}"] = v
         env[f"in.{k}.dir"] = v
+    for k, decl in spec.get("inputs", {}).items():
+        if decl.get("optional") and k not in inputs:
+            env[f"in.{k}"] = ""  # heddle renders an unbound optional input as nothing
+            env[f"in.{k}.dir"] = ""  # heddle: a folder that does not exist
     outs = {}
     for k, v in spec.get("outputs", {}).items():
         outs[k] = os.path.join(outdir, v)

@@ -10,7 +10,10 @@ then optimize(calib) with calib = {HN input-layer name: float32 NHWC (N, H, W, C
 from the runner's HN, not from the ONNX — then save_har.
 
 The model script is either "full" (the three lines above) or "precision-only" (quantization_param alone, as the
-logbook entry ran it: the DFC then picks its default level and calibration size and says which in its log).
+logbook entry ran it: the DFC then picks its default level and calibration size and says which in its log). An
+optional model-script input (--alls, the user's .alls file) is merged with those lines by model_script.merge: on the
+same command and target the user's keywords win (each override is printed and reported), every other user line is
+kept, and the level the merged script asks for is the level the degradation guard checks.
 
 The DFC silently drops to optimisation level 0 without a usable GPU or with too little calibration data, and the
 optimiser picks a GPU only while it uses under about 5 % of its memory unless CUDA_VISIBLE_DEVICES is set — so this
@@ -33,6 +36,8 @@ import re
 import sys
 import tempfile
 import traceback
+
+import model_script as ms  # beside this script: the stage's lines and their merge with a user's .alls
 
 
 class DegradedOptimization(RuntimeError):
@@ -105,18 +110,17 @@ def degraded(info, requested):
     return None
 
 
-def model_script(precision, level, compression, batch_size, calibset_size, mode="full"):
-    lines = [f"quantization_param({{*}}, precision_mode={precision})"]
-    if mode == "full":
-        lines += [f"model_optimization_flavor(optimization_level={level}, compression_level={compression})",
-                  f"model_optimization_config(calibration, batch_size={batch_size}, calibset_size={calibset_size})"]
-    elif mode != "precision-only":
-        raise ValueError(f"model script mode {mode!r}: expected full or precision-only")
-    return "\n".join(lines) + "\n"
+def model_script(precision, level, compression, batch_size, calibset_size, mode="full", user_text=""):
+    """-> (script text, overrides): the stage's lines, merged with the user's .alls text when there is one
+    (model_script.merge: the user's keywords win on the same command and target)."""
+    ours = ms.generated(precision, level, compression, batch_size, calibset_size, mode)
+    if not user_text.strip():
+        return ours, []
+    return ms.merge(ours, user_text)
 
 
 def optimize(hs, har, calib_path, hw_arch, precision, level, compression, batch_size, calibset_size, out_har,
-             mode="full", cuda_devices="0"):
+             mode="full", cuda_devices="0", alls_path=""):
     import numpy as np
     # The optimiser passes over a GPU that already uses ~5 % of its memory unless this is set; set it explicitly
     # (before the SDK is imported), and record what it was.
@@ -126,7 +130,15 @@ def optimize(hs, har, calib_path, hw_arch, precision, level, compression, batch_
     hs.ensure_writable_home()
     from hailo_sdk_client import ClientRunner
     runner = ClientRunner(hw_arch=hw_arch, har=har)
-    script = model_script(precision, level, compression, batch_size, calibset_size, mode)
+    user_text = ""
+    if alls_path:
+        with open(alls_path, encoding="utf-8") as f:
+            user_text = f.read()
+    script, overrides = model_script(precision, level, compression, batch_size, calibset_size, mode, user_text)
+    for o in overrides:
+        print(f"dfc/optimize: the model script input sets {o['command']}({o['target']}) {o['keyword']}={o['user']} "
+              f"(the stage's value: {o['stage']})", file=sys.stderr)
+    asked = ms.effective(script)
     runner.load_model_script(script)
     hn = runner.get_hn_dict()
     names = [k for k, v in hn["layers"].items() if v.get("type") == "input_layer"]
@@ -140,10 +152,12 @@ def optimize(hs, har, calib_path, hw_arch, precision, level, compression, batch_
         raise ValueError(f"calibration per-sample shape {list(calib.shape[1:])} != HN input shape {want} (NHWC)")
     with CaptureFds() as cap:
         runner.optimize({names[0]: calib})
-    # A precision-only script asks for the DFC's default level; the entry's "full optimisation level" is 2.
-    requested = level
+    # The level the merged script asks for; a script that sets none asks for the DFC's default, which must turn out
+    # to be `level` (the entry's "full optimisation level" is 2).
+    requested = level if asked["optimization_level"] is None else asked["optimization_level"]
     info = parse_sdk_log(cap.text, requested)
-    report = {"sdk": hs.sdk_identity(), "hw_arch": hw_arch, "precision": precision, "model_script_mode": mode,
+    report = {"sdk": hs.sdk_identity(), "hw_arch": hw_arch, "precision": precision,
+              "precision_effective": asked["precision"], "model_script_mode": mode,
               "optimization_level_requested": requested, "optimization_level_used": info["level_used"],
               "level_evidence": info["level_evidence"], "qaft_done": info["qaft_done"],
               "skipped": info["skipped"], "gpu_fallback": info["gpu_fallback"],
@@ -151,7 +165,8 @@ def optimize(hs, har, calib_path, hw_arch, precision, level, compression, batch_
               "cuda_visible_devices_before": cuda_before,
               "calibration_entries": info["calib_entries"], "calibration_given": int(calib.shape[0]),
               "calibration_layout": "float32 NHWC keyed by HN input name", "hn_input_layer": names[0],
-              "compression_level": compression if mode == "full" else None, "model_script": script,
+              "compression_level": asked["compression_level"], "model_script": script,
+              "model_script_input": user_text or None, "model_script_overrides": overrides,
               "sdk_log_lines": info["log_lines"]}
     why = degraded(info, requested)
     if why:
@@ -171,6 +186,7 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--calibset-size", type=int, default=1024)
     ap.add_argument("--model-script", default="full", choices=["full", "precision-only"])
+    ap.add_argument("--alls", default="", help="a model script (.alls) merged with the stage's lines; '' = none")
     ap.add_argument("--cuda-visible-devices", default="0", help="set before the SDK loads; '' leaves it as it is")
     ap.add_argument("--out-har", required=True)
     ap.add_argument("--out-report", required=True)
@@ -178,7 +194,7 @@ def main(argv=None):
     import heddle_stage as hs  # included by the definition: beside this script
     try:
         rep = optimize(hs, a.har, a.calib, a.hw_arch, a.precision, a.level, a.compression, a.batch_size,
-                       a.calibset_size, a.out_har, a.model_script, a.cuda_visible_devices)
+                       a.calibset_size, a.out_har, a.model_script, a.cuda_visible_devices, a.alls)
     except Exception as e:
         hs.record_error(e)
         traceback.print_exc()

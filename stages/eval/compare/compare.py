@@ -2,8 +2,13 @@
 """eval/compare — the float model vs each quantised context on held-out images, on onnxruntime (CPU).
 
 A context is NAME=FOLDER, FOLDER a gathered input laid out by heddle: one sub-folder per member named k=v,...
-holding matrix.json, status.json and (when the member ran) its model. Per member and held-out sample: the float and
-the quantised output (both run one sample per call, as the model's fixed batch takes it); then
+holding matrix.json, status.json and (when the member ran) either its model (.onnx, run here on onnxruntime) or its
+outputs on the held-out images (.npy, e.g. from dfc/infer, whose contexts run only inside the DFC image). A member
+whose matrix has a `context` key (dfc/infer's) names its row's context by it. The float reference is the `--float`
+ONNX model run here, or `--reference`, a .npy of outputs (dfc/infer with SDK_NATIVE). Output .npy files are
+channels-last as the DFC returns them: 4-D ones are brought to NCHW, and a file with the reference's sample count and
+size is reshaped to its shape (the DFC's [N, 1, 1, C] for an ONNX [N, C]). Per member and held-out sample: the float
+and the quantised output (an ONNX model runs one batch per call, as its fixed batch takes it); then
   top-1 agreement  share of samples whose argmax over axis 1 (the channel / class axis) is the same,
   max abs diff     max over samples and elements of |q - f|,
   mean abs diff    mean of |q - f|,
@@ -40,7 +45,8 @@ def members(folder):
             continue
         matrix = load_json(os.path.join(sub, "matrix.json")) or {}
         status = load_json(os.path.join(sub, "status.json")) or {}
-        models = [f for f in sorted(os.listdir(sub)) if f.endswith(".onnx")]
+        files = sorted(os.listdir(sub))
+        models = [f for f in files if f.endswith(".onnx")] or [f for f in files if f.endswith(".npy")]
         out.append((matrix, status, os.path.join(sub, models[0]) if models else None))
     return out
 
@@ -63,6 +69,24 @@ def outputs(path, meta, x_nchw):
             chunk = np.concatenate([chunk, np.zeros((batch - len(chunk),) + chunk.shape[1:], chunk.dtype)])
         ys.append(sess.run([name_out], {name_in: chunk})[0][:min(batch, len(x_nchw) - i)])
     return np.concatenate(ys).astype(np.float64)
+
+
+def saved_outputs(path, like=None):
+    """Outputs saved channels-last (.npy from dfc/infer), in the reference's layout: NCHW when 4-D, then reshaped to
+    `like`'s shape when only the axes differ."""
+    y = np.load(path).astype(np.float64)
+    if y.ndim == 4:
+        y = y.transpose(0, 3, 1, 2)
+    if like is not None and y.shape != like.shape:
+        if y.shape[0] != like.shape[0] or y.size != like.size:
+            raise ValueError(f"{os.path.basename(path)}: outputs of shape {list(y.shape)} (NCHW) do not match the "
+                             f"reference's {list(like.shape)}")
+        y = y.reshape(like.shape)
+    return y
+
+
+def member_outputs(path, meta, x, ref):
+    return saved_outputs(path, ref) if path.endswith(".npy") else outputs(path, meta, x)
 
 
 def metrics(f, q):
@@ -95,7 +119,9 @@ def bits(precision):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--float", required=True)
+    ap.add_argument("--float", default="", help="the float ONNX model, run here as the reference ('' = unbound)")
+    ap.add_argument("--reference", default="", help="the float reference's outputs, .npy ('' = run --float)")
+    ap.add_argument("--reference-label", default="SDK_NATIVE (DFC emulator, fp32)")
     ap.add_argument("--meta", required=True)
     ap.add_argument("--heldout", required=True)
     ap.add_argument("--context", action="append", default=[], help="NAME=FOLDER (a gathered input; empty = unbound)")
@@ -109,15 +135,19 @@ def main(argv=None):
         with open(a.meta) as f:
             meta = json.load(f)
         x = np.load(a.heldout).transpose(0, 3, 1, 2).astype(np.float32)  # NHWC -> the model's NCHW
-        ref = outputs(a.float, meta, x)
+        if bool(a.float) == bool(a.reference):
+            raise ValueError("bind exactly one float reference: `float` (an ONNX model) or `reference` (outputs .npy)")
+        ref = saved_outputs(a.reference) if a.reference else outputs(a.float, meta, x)
+        a.reference_label = a.reference_label if a.reference else "onnxruntime CPU, fp32"
         rows = []
         for spec in a.context:
             name, _, folder = spec.partition("=")
             for matrix, status, model in members(folder):
+                # a member's own `context` (dfc/infer's matrix) names its row; NAME otherwise
                 row = {"context": name, **{k: str(v) for k, v in matrix.items()}}
                 st = status.get("status", "ok" if model else "failed")
                 if st == "ok" and model:
-                    row.update(status="ok", **metrics(ref, outputs(model, meta, x)))
+                    row.update(status="ok", **metrics(ref, member_outputs(model, meta, x, ref)))
                 else:
                     row.update(status=st, error=error_of(status))
                 rows.append(row)
@@ -135,7 +165,7 @@ def write(a, meta, x, rows):
                                                   "max_abs_diff", "mean_abs_diff", "cosine", "cosine_min", "rel_error"})
     lines = [f"## {a.title}", "",
              f"Model input `{meta['input_name']}` {meta['input_shape_nchw']} -> `{meta['output_name']}` "
-             f"{meta['output_shape_nchw']}; {len(x)} held-out images; float reference: onnxruntime CPU, fp32.", "",
+             f"{meta['output_shape_nchw']}; {len(x)} held-out images; float reference: {a.reference_label}.", "",
              "| " + " | ".join(keys + ["context", "top-1 agree", "max abs diff", "mean abs diff", "cosine",
                                        "rel. error"]) + " |",
              "|" + " --- |" * (len(keys) + 6)]
@@ -150,8 +180,8 @@ def write(a, meta, x, rows):
     with open(a.out_md, "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(a.out_json, "w") as f:
-        json.dump({"kind": "eval-compare", "heldout": int(len(x)), "meta": meta, "rows": rows}, f, indent=2,
-                  sort_keys=True)
+        json.dump({"kind": "eval-compare", "heldout": int(len(x)), "meta": meta, "reference": a.reference_label,
+                   "rows": rows}, f, indent=2, sort_keys=True)
     series = {}
     for r in rows:
         b = bits(r.get("precision"))

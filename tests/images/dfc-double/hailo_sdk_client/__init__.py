@@ -12,8 +12,11 @@ Emulated behaviour (from public reports, see docs/hailo-toolchain.md and the log
     "<net>/input_layer1" of input_shapes [[-1,H,W,C]] (channels-last).
   * load_model_script(text|path, append=False) understanding quantization_param(..., precision_mode=...),
     model_optimization_flavor(optimization_level=, compression_level=), model_optimization_config(calibration, ...).
-  * load_model_script rejects a command the model-script reference does not list (docs/hailo-toolchain.md §2),
-    as the real parser refuses what it does not know; the exception's real class is not public.
+  * load_model_script rejects a command that neither the model-script reference (docs/hailo-toolchain.md §2) nor
+    any of the model zoo's .alls files uses, as the real parser refuses what it does not know; the exception's real
+    class is not public. Statements may span lines; `a, b = defuse(...)` and `ctx.place(...)` after
+    `ctx = context(...)` parse as in the zoo. quantization_param({*}, ...) sets the emulated precision; a
+    quantization_param naming layers is accepted and not emulated.
   * optimize(calib): calib must be float32 NHWC keyed by HN input names (KeyError otherwise); logs "Using default
     optimization level of 2" when the script sets none, "Using dataset with N entries for calibration"
     (N = min(calibset_size or 64, given)), and per algorithm "Starting X" / "X is done (completion time is ...)" or
@@ -62,14 +65,40 @@ class ModelScriptError(ValueError):
     """TEST DOUBLE — the real SDK's class for an unknown model-script command is not known publicly."""
 
 
-# Model-script commands of the public reference (docs/hailo-toolchain.md §2, the model zoo's .alls files).
+# Model-script commands of the public reference (docs/hailo-toolchain.md §2) and every command name the model zoo's 266
+# .alls files use (hailo-ai/hailo_model_zoo hailo_model_zoo/cfg/alls/**, counted at commit c83fc03).
 MODEL_SCRIPT_COMMANDS = {
+    # graph modification
     "normalization", "input_conversion", "resize", "transpose", "change_output_activation", "logits_layer",
-    "nms_postprocess", "remove_node", "set_seed", "reshape", "quantization_param", "model_optimization_flavor",
-    "model_optimization_config", "pre_quantization_optimization", "post_quantization_optimization",
+    "nms_postprocess", "remove_node", "set_seed", "reshape", "format_conversion",
+    # quantisation and optimisation
+    "quantization_param", "model_optimization_flavor", "model_optimization_config", "pre_quantization_optimization",
+    "post_quantization_optimization",
+    # compilation and allocation
     "performance_param", "resources_param", "context_switch_param", "allocator_param", "compilation_param",
-    "buffers", "platform_param", "hef_param",
+    "buffers", "platform_param", "hef_param", "context", "network_group", "output_layer", "shortcut", "concat",
+    "defuse", "defuse_block", "bucket", "join", "mux_demux", "shape_splitter", "transpose_concat",
+    "spatial_reshape_flow_params",
 }
+# Methods the zoo calls on a name an earlier `name = context(...)` statement bound.
+CONTEXT_METHODS = {"place"}
+
+
+def _script_statements(text):
+    """Statements of a model script: `#` comments dropped, lines joined while brackets are open (the zoo spreads
+    post_quantization_optimization(finetune, ...) over several lines)."""
+    out, cur = [], ""
+    for raw in text.splitlines():
+        line = re.sub(r"#.*$", "", raw).strip()
+        if not line:
+            continue
+        cur = f"{cur} {line}" if cur else line
+        if sum(cur.count(c) for c in "([{") <= sum(cur.count(c) for c in ")]}"):
+            out.append(cur)
+            cur = ""
+    if cur:
+        raise ModelScriptError(f"TEST DOUBLE: model script statement never closes: {cur[:80]!r}")
+    return out
 
 
 def _summ(v):
@@ -218,28 +247,35 @@ class ClientRunner:
         if isinstance(text, str) and "(" not in text and os.path.isfile(text):
             with open(text) as f:
                 text = f.read()
-        for line in text.splitlines():
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            m = re.match(r"^(?:[\w/]+\s*=\s*)?(\w+)\((.*)\)$", line)
+        contexts = set()
+        for line in _script_statements(text):
+            m = re.match(r"^(?:([^=()]+?)\s*=\s*)?([\w.]+)\((.*)\)$", line)
             if not m:
                 raise ValueError(f"TEST DOUBLE: cannot parse model script line {line!r}")
-            cmd, body = m.groups()
+            lhs, cmd, body = m.groups()
+            if "." in cmd:
+                obj, method = cmd.rsplit(".", 1)
+                if obj not in contexts or method not in CONTEXT_METHODS:
+                    raise ModelScriptError(f"TEST DOUBLE: unknown model script command {cmd!r} in line {line!r}")
+                continue
             if cmd not in MODEL_SCRIPT_COMMANDS:
                 raise ModelScriptError(f"TEST DOUBLE: unknown model script command {cmd!r} in line {line!r}")
+            if cmd == "context" and lhs:
+                contexts.add(lhs.strip())
             kv = dict(re.findall(r"(\w+)\s*=\s*([\w.\-]+)", body))
-            if cmd == "quantization_param":
-                pm = kv.get("precision_mode")
+            target = body.split(",")[0].strip()
+            if cmd == "quantization_param" and "precision_mode" in kv:
+                pm = kv["precision_mode"]
                 if pm not in PRECISION_MODES:
                     raise ValueError(f"TEST DOUBLE: unknown precision_mode {pm!r}")
-                self._m["precision_mode"] = pm
+                if target == "{*}":  # every layer; a line naming layers changes only those (not emulated)
+                    self._m["precision_mode"] = pm
             elif cmd == "model_optimization_flavor":
                 if "optimization_level" in kv:
                     self._m["optimization_level"] = int(kv["optimization_level"])
                 if "compression_level" in kv:
                     self._m["compression_level"] = int(kv["compression_level"])
-            elif cmd == "model_optimization_config":
+            elif cmd == "model_optimization_config" and target == "calibration":
                 if "calibset_size" in kv:
                     self._m["calibset_size"] = int(kv["calibset_size"])
         self._m["model_script"] = (self._m["model_script"] + "\n" + text).strip() if append else text.strip()
