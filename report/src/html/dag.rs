@@ -103,7 +103,8 @@ fn layout(depth: &[usize], texts: &[NodeText]) -> Layout {
         .map(|l| l.chars().count())
         .max()
         .unwrap_or(1);
-    let w = (longest as f64 * CHAR_W + 2.0 * PAD_X).max(90.0);
+    // Whole pixels keep every coordinate short and exact in the SVG.
+    let w = (longest as f64 * CHAR_W + 2.0 * PAD_X).max(90.0).ceil();
     let two_lines = texts.iter().any(|t| t.matrix.is_some());
     let h = if two_lines { 40.0 } else { 26.0 };
     let mut per_col: BTreeMap<usize, usize> = BTreeMap::new();
