@@ -35,7 +35,7 @@ run = """
   for d in {{ in.all.dir }}/*; do
     if [ -f $d/v.txt ]; then echo "| $(basename $d) | $(cat $d/v.txt).25 | 1.5x |"; else echo "| $(basename $d) | FAILED | - |"; fi
   done; } > {{ out.md }}
-echo '{"plots":[{"title":"value vs k","x_label":"k","y_label":"value","x_log":true,"y_log":true,"series":[{"name":"v","points":[[1,2],[2,4],[3,6]]}]}]}' > {{ out.plots }}
+echo '{"plots":[{"title":"value vs k","x_label":"k","y_label":"value","x_log":true,"y_log":true,"series":[{"name":"v","panel":"low","points":[[1,2],[2,4],[3,6]]},{"name":"w","panel":"high","points":[[1,3],[2,5]]}]}]}' > {{ out.plots }}
 """
 outputs = { md = "table.md", plots = "t.plots.json" }
 "#,
@@ -580,13 +580,14 @@ fn chromium_check(p: &Project, page: &str) {
         dom.matches("<svg").count() >= 3,
         "DAG, timeline and plot SVGs expected"
     );
+    read_at_a_glance(&dom);
     let png = p.path("report.png");
     let shot = std::process::Command::new(chromium)
         .args([
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
-            "--window-size=1200,1600",
+            "--window-size=1280,1600",
             &format!("--screenshot={}", png.display()),
             &url,
         ])
@@ -597,6 +598,68 @@ fn chromium_check(p: &Project, page: &str) {
         std::fs::metadata(&png).unwrap().len() > 10_000,
         "screenshot is blank"
     );
+}
+
+/// The text between the first `from` at or after `start` and the next `to`.
+fn between<'a>(dom: &'a str, from: &str, to: &str) -> &'a str {
+    let i = dom
+        .find(from)
+        .unwrap_or_else(|| panic!("no {from} in the DOM"));
+    let rest = &dom[i..];
+    &rest[..rest.find(to).unwrap_or(rest.len())]
+}
+
+/// The page as Chromium parsed it reads at a glance (issue 13): the header with pipeline, params
+/// and lock comes first; DAG boxes carry whole labels (stage, then matrix values; the full label
+/// as the tooltip); the timeline is in seconds; the plot's legend sits beside its panels, outside
+/// every SVG.
+fn read_at_a_glance(dom: &str) {
+    let body = dom.split_once("<body>").expect("a body").1;
+    assert!(
+        body.trim_start().starts_with(r#"<header class="run">"#),
+        "the header is not first: {}",
+        &body[..200.min(body.len())]
+    );
+    let header = between(body, "<header", "</header>");
+    for want in ["<code>lb</code>", "<code>p.toml</code>", "<b>scale</b> = 2", r#"class="lock""#] {
+        assert!(header.contains(want), "header lacks {want}: {header}");
+    }
+
+    let dag = between(body, r#"<svg xmlns="http://www.w3.org/2000/svg" class="dag""#, "</svg>");
+    assert!(!dag.contains('…'), "a cut label in the DAG");
+    assert!(dag.contains("<title>gen[k=3] — failed</title>"), "{dag}");
+    for want in [">gen</text>", ">3</text>", ">table</text>"] {
+        assert!(dag.contains(want), "DAG lacks {want}: {dag}");
+    }
+
+    let timeline = between(body, r#"class="timeline""#, "</svg>");
+    assert!(timeline.contains("seconds since the run started"), "{timeline}");
+    let ticks: Vec<&str> = timeline
+        .split(r#"class="tick""#)
+        .skip(1)
+        .map(|t| &t[t.find('>').unwrap() + 1..t.find("</text>").unwrap()])
+        .collect();
+    assert!(ticks.len() >= 3, "{ticks:?}");
+    assert!(
+        ticks.iter().all(|t| t.ends_with(" s") && t[..t.len() - 2].parse::<f64>().is_ok()),
+        "{ticks:?}"
+    );
+    assert!(!timeline.contains("ms since"), "{timeline}");
+
+    let figure = between(body, r#"<figure class="plot">"#, "</figure>");
+    let (panels, legend) = figure
+        .split_once(r#"<ul class="plot-legend">"#)
+        .expect("a legend beside the panels");
+    assert_eq!(panels.matches(r#"<div class="panel""#).count(), 2, "{panels}");
+    assert_eq!(panels.matches("<svg").count(), panels.matches("</svg>").count());
+    // The legend's SVGs are its 28 px swatches only, never a chart with axes and text.
+    assert_eq!(
+        legend.matches("<svg").count(),
+        legend.matches(r#"<svg width="28""#).count(),
+        "{legend}"
+    );
+    assert!(!legend.contains("<text"), "the legend is inside a chart: {legend}");
+    assert!(legend.contains(">v</li>") && legend.contains(">w</li>"), "{legend}");
 }
 
 fn which(cmd: &str) -> bool {

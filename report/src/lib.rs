@@ -1,9 +1,13 @@
 //! heddle's outputs for people. [`entry`] turns a run into a Markdown logbook entry whose
 //! generated blocks sit between markers, parses such an entry back, and compares regenerated
-//! blocks with the entry number by number. [`html`] renders a run as one self-contained HTML page
-//! (DAG, timeline, slowest instances, report tables, plots). Both read run records and stored
-//! artefacts; neither runs anything (re-running is the binary's job, through `heddle-runner`).
+//! blocks with the entry number by number ([`compare`]). [`html`] renders a run as one
+//! self-contained HTML page (header, DAG, timeline, report tables, plots, slowest instances).
+//! [`diff`] compares two runs: params, changed keys, and every report number with its delta.
+//! [`artefacts`] reads what report stages produced back from the store. None of them runs
+//! anything (re-running is the binary's job, through `heddle-runner`).
 
+pub mod artefacts;
 pub mod compare;
+pub mod diff;
 pub mod entry;
 pub mod html;

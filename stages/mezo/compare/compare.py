@@ -265,7 +265,9 @@ def main(argv=None):
 
 def plots(members):
     """Sign agreement, r and ratio against eps, one series per precision x context, in heddle's
-    plots schema ({"plots": [{title, x_label, y_label, x_log, y_log, series: [{name, points}]}]})."""
+    plots schema ({"plots": [{title, x_label, y_label, x_log, y_log, series: [{name, panel,
+    points}]}]}): a series is named by its context and drawn in its precision's panel, so the
+    report sets the precisions side by side as the tables are."""
     ok = sorted((m for m in members if m["status"] == "ok"), key=lambda m: (prec_key(m["precision"]), m["context"]))
     out = []
     for metric, label, y_log in (("sign", "sign agreement", False), ("r", "Pearson r", False),
@@ -274,7 +276,7 @@ def plots(members):
         for m in ok:
             pts = [[r["eps"], r[metric]] for r in m["probe"]["rows"]
                    if r.get(metric) is not None and (not y_log or r[metric] > 0)]
-            series.append({"name": f'{m["precision"]} {m["context"]}', "points": sorted(pts)})
+            series.append({"name": m["context"], "panel": m["precision"], "points": sorted(pts)})
         out.append({"title": f"{label} vs eps", "x_label": "eps", "y_label": label,
                     "x_log": True, "y_log": y_log, "series": series})
     return {"plots": out}
