@@ -1,4 +1,4 @@
-//! [`RemoteCache`]: the operations every backend provides, in bytes and keys only.
+//! [`RemoteBackend`]: the operations every backend provides, in bytes and keys only.
 
 use std::time::Duration;
 
@@ -22,14 +22,32 @@ pub struct Timeouts {
     /// The longest wait for the next chunk of a blob body, either way. A 1 GiB blob may
     /// take minutes as a whole; what must not happen is a stall.
     pub idle: Duration,
+    /// Retries of a request that failed transiently (a 5xx, a reset connection, a timeout),
+    /// with exponential backoff from [`RETRY_MIN_DELAY`] up to [`RETRY_MAX_DELAY`].
+    pub retries: usize,
 }
+
+/// First backoff between retries; doubled each time, with jitter so that writers that
+/// collided do not collide again.
+pub const RETRY_MIN_DELAY: Duration = Duration::from_millis(100);
+pub const RETRY_MAX_DELAY: Duration = Duration::from_secs(1);
 
 impl Default for Timeouts {
     fn default() -> Timeouts {
         Timeouts {
             request: Duration::from_secs(30),
             idle: Duration::from_secs(30),
+            retries: 3,
         }
+    }
+}
+
+impl Timeouts {
+    /// The most a request-sized call may take with all its retries: every attempt timing out,
+    /// plus the longest backoffs. A remote that is down costs at most this per call.
+    pub fn request_budget(&self) -> Duration {
+        let attempts = self.retries as u32 + 1;
+        self.request * attempts + RETRY_MAX_DELAY * self.retries as u32
     }
 }
 
@@ -38,13 +56,13 @@ impl Default for Timeouts {
 /// by action key).
 ///
 /// The methods are async, returning boxed futures so the trait can be used as
-/// `Arc<dyn RemoteCache>` and a backend chosen at run time. Async rather than blocking calls
+/// `Arc<dyn RemoteBackend>` and a backend chosen at run time. Async rather than blocking calls
 /// run on `spawn_blocking`: the scheduler is already on tokio, the storage and gRPC libraries
 /// are async, and a 1 GiB transfer then holds no thread while it waits on the network.
 ///
 /// A backend does not verify anything: [`crate::fetch_blob`] hashes every byte it reads, and
-/// the helpers in this crate are the only intended callers of [`RemoteCache::read_blob`].
-pub trait RemoteCache: Send + Sync {
+/// the helpers in this crate are the only intended callers of [`RemoteBackend::read_blob`].
+pub trait RemoteBackend: Send + Sync {
     /// What to call this remote in messages (`s3://bucket/prefix`); never a password.
     fn name(&self) -> &str;
 
@@ -71,4 +89,44 @@ pub trait RemoteCache: Send + Sync {
     /// Store an action entry; the last writer wins (concurrent writers of one key wrote the
     /// same action's outputs, which are content-addressed).
     fn put_action(&self, key: Digest, bytes: Vec<u8>) -> BoxFuture<'_, Result<(), RemoteError>>;
+}
+
+/// Bound a request-sized call by the remote's request budget (all its retries included),
+/// whatever the backend does, so a backend that ignores its own deadlines cannot hang a run.
+pub(crate) async fn bounded<T>(
+    remote: &dyn RemoteBackend,
+    op: &'static str,
+    object: impl FnOnce() -> String,
+    fut: impl std::future::Future<Output = Result<T, RemoteError>>,
+) -> Result<T, RemoteError> {
+    let limit = remote.timeouts().request_budget();
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(RemoteError::Timeout {
+            op,
+            object: object(),
+            remote: remote.name().to_string(),
+            secs: limit.as_secs(),
+        }),
+    }
+}
+
+/// The next chunk of a blob body; a [`RemoteError::Timeout`] when none came within the idle
+/// timeout (a stalled transfer), `None` at the end.
+pub(crate) async fn next_chunk(
+    remote: &dyn RemoteBackend,
+    body: &mut BlobStream,
+    digest: Digest,
+) -> Result<Option<Bytes>, RemoteError> {
+    use futures_util::StreamExt;
+    let idle = remote.timeouts().idle;
+    match tokio::time::timeout(idle, body.next()).await {
+        Ok(next) => next.transpose(),
+        Err(_) => Err(RemoteError::Timeout {
+            op: "read",
+            object: format!("blob {digest}"),
+            remote: remote.name().to_string(),
+            secs: idle.as_secs(),
+        }),
+    }
 }

@@ -55,6 +55,16 @@ pub enum RemoteError {
         remote: String,
         reason: String,
     },
+    /// A tree manifest on the remote hashed right but is not one heddle would accept (a path
+    /// out of the tree, an entry beneath a symlink, ...); nothing it lists was fetched.
+    #[error("failed to accept tree manifest {digest} of action {key} from remote cache {remote}")]
+    BadTree {
+        key: Digest,
+        digest: Digest,
+        remote: String,
+        #[source]
+        source: CacheError,
+    },
     /// An action entry on the remote names a blob the remote does not have.
     #[error(
         "failed to fetch blob {digest} named by action {key} from remote cache {remote}: not there"

@@ -7,25 +7,30 @@
 //!
 //! ```text
 //! let settings = resolve_remote(project_root, &env, flag_url, flag_mode)?;   // config.rs
-//! let remote = open_remote(&settings, &env, Timeouts::default())?;           // Arc<dyn RemoteCache>
-//! // local miss:
-//! match fetch_action(&*remote, store.clone(), key).await { Ok(Some((entry, _))) => hit, Ok(None) => miss,
-//!                                                         Err(e) => warn once, run locally }
-//! // after a local record_action, in readwrite mode:
-//! push_action(&*remote, &store, &entry).await
+//! let remote = RemoteCache::open(&settings, &env, Timeouts::default())?;     // no request yet
+//! // local miss (store: Arc<Store>):
+//! match remote.fetch_action(key, &store).await { Ok(Some((entry, _))) => hit, Ok(None) => miss,
+//!                                                Err(e) => warn once, run locally }
+//! // after a local record_action (a no-op in read mode):
+//! remote.push_action(key, &store).await
 //! ```
 //!
 //! # Guarantees
 //!
-//! - A blob is hashed while it streams in ([`fetch_blob`]); bytes that do not hash to the
-//!   digest asked for are deleted and reported as [`RemoteError::CorruptBlob`], never handed
-//!   to the local store. An entry is recorded locally only after every blob it names is there.
+//! - A blob is hashed once, while it streams into the local store's `tmp/`
+//!   (`Store::import_verified_blob`); bytes that do not hash to the digest asked for are
+//!   deleted and reported as [`RemoteError::CorruptBlob`], never made a blob. A tree manifest
+//!   from the remote is validated like any untrusted manifest before anything it lists is
+//!   fetched ([`RemoteError::BadTree`]). An entry is recorded locally only after every blob it
+//!   names is there.
 //! - Write-back order: [`push_action`] uploads the blobs (a tree's files before its manifest)
 //!   and the entry last, so no reader sees an entry naming a missing blob. A local blob that no
 //!   longer hashes to its name aborts its upload.
-//! - Every call is bounded ([`Timeouts`]: per request, and per chunk of a blob body), so a
-//!   remote that is down or stalls yields a typed error in bounded time; the caller warns once
-//!   and works locally ([`RemoteError::is_unavailable`]).
+//! - Every call is bounded ([`Timeouts`]: per request, and per chunk of a blob body), and
+//!   transient failures (5xx, reset connections, timeouts) are retried a bounded number of
+//!   times with jittered backoff, so a remote that is down or stalls yields a typed error in
+//!   bounded time ([`Timeouts::request_budget`]); the caller warns once and works locally
+//!   ([`RemoteError::is_unavailable`]).
 //! - Concurrent writers of one key are safe: blobs are content-addressed (same name, same
 //!   bytes; every backend makes a write visible whole or not at all), and an action entry is
 //!   last-writer-wins between writers of the same action.
@@ -49,9 +54,6 @@
 //!
 //! The REAPI backend (ContentAddressableStorage + ActionCache + ByteStream over gRPC) is not
 //! written: see the README of this crate's tests for what a backend must pass.
-//! Fetched blobs are hashed twice (once streaming in, once by `Store::adopt_output`), because
-//! the local store has no public way to adopt a file by a digest its caller computed; a
-//! `Store::import_verified_blob` in heddle-cache would remove the second pass.
 
 // Errors carry the failing URL, key and backend cause; they travel a cold path (a remote
 // call already failed), so their size does not matter and boxing would only add noise.
@@ -59,29 +61,33 @@
 
 mod backend;
 mod config;
+mod download;
 mod error;
 mod opendal_backend;
-mod transfer;
+mod remote_cache;
+mod upload;
 mod url;
 
 use std::sync::Arc;
 
-pub use backend::{BlobStream, RemoteCache, Timeouts};
+pub use backend::{BlobStream, RemoteBackend, Timeouts, RETRY_MAX_DELAY, RETRY_MIN_DELAY};
 pub use config::{
     resolve_remote, ConfigError, RemoteMode, RemoteSettings, S3Settings, SettingSource,
 };
+pub use download::{fetch_action, fetch_blob, FetchReport};
 pub use error::RemoteError;
 pub use opendal_backend::OpendalCache;
-pub use transfer::{fetch_action, fetch_blob, push_action, upload_blob, FetchReport, PushReport};
+pub use remote_cache::{PushOutcome, RemoteCache};
+pub use upload::{push_action, upload_blob, PushReport};
 pub use url::RemoteUrl;
 
 /// The backend for resolved settings. Makes no request: a remote that is down shows up as an
-/// error on the first call.
-pub fn open_remote(
+/// error on the first call. Most callers want [`RemoteCache::open`].
+pub fn open_backend(
     settings: &RemoteSettings,
     env: &dyn Fn(&str) -> Option<String>,
     timeouts: Timeouts,
-) -> Result<Arc<dyn RemoteCache>, RemoteError> {
+) -> Result<Arc<dyn RemoteBackend>, RemoteError> {
     Ok(Arc::new(OpendalCache::open(
         &settings.url,
         &settings.s3,

@@ -11,10 +11,10 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt, TryStreamExt};
 use heddle_cache::Digest;
-use opendal::layers::TimeoutLayer;
+use opendal::layers::{RetryLayer, TimeoutLayer};
 use opendal::{services, ErrorKind, Operator};
 
-use crate::backend::{BlobStream, RemoteCache, Timeouts};
+use crate::backend::{BlobStream, RemoteBackend, Timeouts, RETRY_MAX_DELAY, RETRY_MIN_DELAY};
 use crate::config::S3Settings;
 use crate::{RemoteError, RemoteUrl};
 
@@ -111,11 +111,25 @@ impl OpendalCache {
             }
         };
         let one_shot_writes = matches!(url, RemoteUrl::WebDav { .. });
-        let op = builder.layer(
-            TimeoutLayer::new()
-                .with_timeout(timeouts.request)
-                .with_io_timeout(timeouts.idle),
-        );
+        // The timeout layer inside the retry layer: each attempt has its own deadline, and an
+        // attempt that timed out (a temporary error) is retried like a 500 or a reset
+        // connection. Retried requests are idempotent here: reads, whole-object puts of
+        // content-addressed blobs and entries, and multipart parts (a part re-sent replaces
+        // itself). Errors that are not temporary (403, 404) are returned at once.
+        let op = builder
+            .layer(
+                TimeoutLayer::new()
+                    .with_timeout(timeouts.request)
+                    .with_io_timeout(timeouts.idle),
+            )
+            .layer(
+                RetryLayer::new()
+                    .with_max_times(timeouts.retries)
+                    .with_min_delay(RETRY_MIN_DELAY)
+                    .with_max_delay(RETRY_MAX_DELAY)
+                    .with_factor(2.0)
+                    .with_jitter(),
+            );
         Ok(OpendalCache {
             op,
             one_shot_writes,
@@ -157,7 +171,7 @@ fn action_path(key: &Digest) -> String {
     format!("ac/{key}.json")
 }
 
-impl RemoteCache for OpendalCache {
+impl RemoteBackend for OpendalCache {
     fn name(&self) -> &str {
         &self.name
     }

@@ -81,6 +81,7 @@ async fn frozen_server_times_out() {
     let t = Timeouts {
         request: std::time::Duration::from_secs(2),
         idle: std::time::Duration::from_secs(2),
+        retries: 3,
     };
     let remote = s3_remote(&server, "f", t);
     let a = local();

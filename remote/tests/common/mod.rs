@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use heddle_cache::{ActionEntry, Digest, OutputEntry, Store};
 use heddle_remote::{
-    fetch_action, push_action, OpendalCache, RemoteCache, RemoteError, RemoteUrl, S3Settings,
+    fetch_action, push_action, OpendalCache, RemoteBackend, RemoteError, RemoteUrl, S3Settings,
     Timeouts,
 };
 
@@ -165,7 +165,11 @@ pub fn s3_env(port: u16) -> HashMap<String, String> {
     .collect()
 }
 
-pub fn open(url: &str, env: &HashMap<String, String>, timeouts: Timeouts) -> Arc<dyn RemoteCache> {
+pub fn open(
+    url: &str,
+    env: &HashMap<String, String>,
+    timeouts: Timeouts,
+) -> Arc<dyn RemoteBackend> {
     let url = RemoteUrl::parse(url).unwrap();
     Arc::new(
         OpendalCache::open(
@@ -178,7 +182,7 @@ pub fn open(url: &str, env: &HashMap<String, String>, timeouts: Timeouts) -> Arc
     )
 }
 
-pub fn s3_remote(server: &Server, prefix: &str, timeouts: Timeouts) -> Arc<dyn RemoteCache> {
+pub fn s3_remote(server: &Server, prefix: &str, timeouts: Timeouts) -> Arc<dyn RemoteBackend> {
     open(
         &format!("s3://{BUCKET}/{prefix}"),
         &s3_env(server.port),
@@ -390,11 +394,12 @@ pub fn short_timeouts() -> Timeouts {
     Timeouts {
         request: Duration::from_secs(3),
         idle: Duration::from_secs(3),
+        retries: 3,
     }
 }
 
 /// Push from one store, fetch into a second, empty one: the same entry, byte-identical outputs.
-pub async fn case_round_trip(remote: Arc<dyn RemoteCache>) {
+pub async fn case_round_trip(remote: Arc<dyn RemoteBackend>) {
     let a = local();
     let entry = make_action(&a, 1, 3 * 1024 * 1024 + 17);
     let pushed = push_action(&*remote, &a.store, &entry).await.unwrap();
@@ -433,7 +438,7 @@ pub async fn case_round_trip(remote: Arc<dyn RemoteCache>) {
 /// A blob overwritten on the server with other bytes of the same length is detected by
 /// hash, never reaches the second store, and the entry is not recorded there.
 pub async fn case_corrupt_blob(
-    remote: Arc<dyn RemoteCache>,
+    remote: Arc<dyn RemoteBackend>,
     corrupt: impl FnOnce(Digest, Vec<u8>),
 ) {
     let a = local();
@@ -472,7 +477,7 @@ pub async fn case_corrupt_blob(
 
 /// Two writers push the same action at once, each from its own store and client: both
 /// succeed, and a third store fetches an entry equal to theirs with identical outputs.
-pub async fn case_concurrent_writers(make_remote: impl Fn() -> Arc<dyn RemoteCache>) {
+pub async fn case_concurrent_writers(make_remote: impl Fn() -> Arc<dyn RemoteBackend>) {
     let a = local();
     let b = local();
     // 20 MiB: several multipart parts on S3, so the two uploads overlap part by part.
@@ -500,9 +505,9 @@ pub async fn case_concurrent_writers(make_remote: impl Fn() -> Arc<dyn RemoteCac
     );
 }
 
-/// Upper bound for "answered within the timeout": the calls a fetch makes before giving up,
-/// each bounded by the request timeout, plus scheduling slack. Not a performance assertion:
-/// it tells a bounded failure from a hang.
+/// Upper bound for "answered within the timeout": one call's whole retry budget (the first
+/// call that fails ends the fetch), plus scheduling slack. Not a performance assertion: it
+/// tells a bounded failure from a hang.
 pub fn hang_bound(t: Timeouts) -> Duration {
-    t.request * 3 + Duration::from_secs(10)
+    t.request_budget() + Duration::from_secs(10)
 }
