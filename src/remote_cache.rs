@@ -11,8 +11,7 @@ use std::sync::Mutex;
 
 use heddle_cache::{ActionEntry, Digest, OutputEntry, Store};
 use heddle_remote::{
-    fetch_action, open_remote, push_action, resolve_remote, RemoteCache, RemoteError,
-    RemoteSettings, Timeouts,
+    open_backend, resolve_remote, PushOutcome, RemoteBackend, RemoteCache, RemoteError, Timeouts,
 };
 use heddle_runner::key::{KeyParts, Reason};
 use heddle_runner::sched::{CacheHistory, History};
@@ -57,23 +56,24 @@ pub fn open(
     else {
         return Ok(None);
     };
-    let remote = open_remote(&settings, &env, Timeouts::default()).map_err(|source| {
+    let backend = open_backend(&settings, &env, Timeouts::default()).map_err(|source| {
         RemoteSetupError::Open {
             url: settings.url.to_string(),
             source: Box::new(source),
         }
     })?;
     Ok(Some(Arc::new(RemoteBridge {
-        remote,
+        cache: RemoteCache::with_backend(backend.clone(), settings.mode),
+        remote: backend,
         store,
-        settings,
     })))
 }
 
 struct RemoteBridge {
-    remote: Arc<dyn RemoteCache>,
+    cache: RemoteCache,
+    /// The same backend, for reading an entry alone (`heddle plan`).
+    remote: Arc<dyn RemoteBackend>,
     store: Arc<Store>,
-    settings: RemoteSettings,
 }
 
 fn shared_error(e: RemoteError) -> SharedCacheError {
@@ -89,7 +89,7 @@ impl SharedCache for RemoteBridge {
     }
 
     fn writable(&self) -> bool {
-        self.settings.mode.can_write()
+        self.cache.mode().can_write()
     }
 
     fn entry(&self, key: Digest) -> BoxFuture<'_, Result<Option<ActionEntry>, SharedCacheError>> {
@@ -124,7 +124,7 @@ impl SharedCache for RemoteBridge {
 
     fn fetch(&self, key: Digest) -> BoxFuture<'_, Result<bool, SharedCacheError>> {
         Box::pin(async move {
-            match fetch_action(self.remote.as_ref(), self.store.clone(), key).await {
+            match self.cache.fetch_action(key, &self.store).await {
                 Ok(found) => Ok(found.is_some()),
                 Err(e) => Err(shared_error(e)),
             }
@@ -133,20 +133,11 @@ impl SharedCache for RemoteBridge {
 
     fn push(&self, key: Digest) -> BoxFuture<'_, Result<u64, SharedCacheError>> {
         Box::pin(async move {
-            let entry = match self.store.lookup_action(&key) {
-                Ok(Some(entry)) => entry,
-                Ok(None) => return Ok(0),
-                Err(e) => {
-                    return Err(SharedCacheError {
-                        unavailable: false,
-                        message: heddle_cache::error_chain(&e),
-                    })
-                }
-            };
-            push_action(self.remote.as_ref(), &self.store, &entry)
-                .await
-                .map(|r| r.bytes_uploaded)
-                .map_err(shared_error)
+            match self.cache.push_action(key, &self.store).await {
+                Ok(PushOutcome::Pushed(report)) => Ok(report.bytes_uploaded),
+                Ok(PushOutcome::ReadOnly | PushOutcome::NotLocal) => Ok(0),
+                Err(e) => Err(shared_error(e)),
+            }
         })
     }
 }
