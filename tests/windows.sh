@@ -183,25 +183,41 @@ check "--set: new value" [ "$(text out/chain/double/lines.txt)" = $'hi\nhi' ]
 heddle cache verify
 expect_rc 0 "cache verify"
 
-# ---------------------------------------------------------------- lock: one run writes out/
-# A second heddle on the same pipeline waits for the first's hold on out/chain.
+# ---------------------------------------------------------------- locks held by a live run
+# While one heddle runs `slow`, `heddle status` names the host unit it holds (LockFileEx), and a
+# second heddle on the same pipeline waits for the first's hold on out/slow.
+export HEDDLE_HOST_LOCK_DIR="$(winpath "$suite/host locks")"
 cat >pipelines/slow.toml <<'EOF'
 [pipeline]
 name = "slow"
 
+[resources]
+device = { units = 1, scope = "host" }
+
 [stages.wait]
-run = "ping -n 3 127.0.0.1 > nul & echo done> {{ out.x }}"
+run = "ping -n 4 127.0.0.1 > nul & echo done> {{ out.x }}"
 outputs = { x = "x.txt" }
+resources = { device = 1 }
 cache = false
 EOF
+heddle run pipelines/slow.toml
+expect_rc 0 "a host-pool stage"
 wine "$bin/heddle.exe" run pipelines/slow.toml >"$suite/slow1" 2>&1 &
 first=$!
-for _ in $(seq 100); do [[ -n "$(ls .heddle/logs 2>/dev/null)" ]] && break; sleep 0.1; done
+held=""
+for _ in $(seq 40); do
+  heddle status pipelines/slow.toml
+  if grep -q "^held     device#0 by pid" <<<"$out"; then held=1; break; fi
+  sleep 0.1
+done
+check "status names the host unit a live run holds" [ -n "$held" ]
 heddle run pipelines/slow.toml
 wait "$first" && rc1=0 || rc1=$?
 expect_rc 0 "second run of a pipeline being run"
 check "first run ok" [ "$rc1" -eq 0 ]
 check "second run waited for the first's out/ lock" contains "$out$err" "waiting for another run of \`slow\`"
+heddle status pipelines/slow.toml
+check "status: no unit held after both runs" [ -z "$(grep '^held' <<<"$out")" ]
 
 # ---------------------------------------------------------------- Job objects
 marker_w="$(winpath "$suite")\\tree"
@@ -210,15 +226,15 @@ cat >pipelines/tree.toml <<EOF
 [pipeline]
 name = "tree"
 
-# The stage outlives its timeout; its grandchild would write tree.survived after 4 s.
+# The stage outlives its timeout; its grandchild would write tree.survived after 6 s.
 [stages.hang]
-run = ["spawn.exe", "tree", '$marker_w', "4000", "wait"]
+run = ["spawn.exe", "tree", '$marker_w', "6000", "wait"]
 outputs = { x = "x.txt" }
-timeout = "2s"
+timeout = "3s"
 
-# The stage ends at once and leaves a grandchild that would write leave.survived after 3 s.
+# The stage ends at once and leaves a grandchild that would write leave.survived after 5 s.
 [stages.leave]
-run = "spawn.exe tree {{ params.marker }} 3000 leave && echo done> {{ out.x }}"
+run = "spawn.exe tree {{ params.marker }} 5000 leave && echo done> {{ out.x }}"
 outputs = { x = "x.txt" }
 
 [params]
@@ -231,9 +247,29 @@ check "timeout named in the output" contains "$out$err" "timed out"
 check "a stage whose leader exits is ok" in_record "leave ok ran"
 check "the timed-out stage's grandchild had started" [ -f "$suite/tree.started" ]
 check "the leaving stage's grandchild had started" [ -f "$suite/leave.started" ]
-sleep 3 # past both grandchildren's delays: anything still alive has written its marker
+sleep 4 # past both grandchildren's delays: anything still alive has written its marker
 check "timeout killed the grandchild (Job object)" [ ! -f "$suite/tree.survived" ]
 check "the leader's exit killed the grandchild (Job object)" [ ! -f "$suite/leave.survived" ]
+
+# heddle killed outright (kill -9 of the Wine process): the Job is made to kill its processes
+# when heddle's handle to it closes, so the stage's tree goes with heddle.
+orphan_w="$(winpath "$suite")\\orphan"
+cat >pipelines/orphan.toml <<EOF
+[pipeline]
+name = "orphan"
+
+[stages.hang]
+run = ["spawn.exe", "tree", '$orphan_w', "5000", "wait"]
+outputs = { x = "x.txt" }
+EOF
+wine "$bin/heddle.exe" run pipelines/orphan.toml >"$suite/orphan.log" 2>&1 &
+victim=$!
+for _ in $(seq 200); do [[ -f "$suite/orphan.started" ]] && break; sleep 0.1; done
+kill -9 "$victim"
+wait "$victim" 2>/dev/null || true
+check "the killed heddle's grandchild had started" [ -f "$suite/orphan.started" ]
+sleep 6 # past the grandchild's delay
+check "heddle's death killed its stage's tree (Job object)" [ ! -f "$suite/orphan.survived" ]
 
 # ---------------------------------------------------------------- device-host stage, python param
 # hailo/deploy takes its interpreter as a param: `python` is a Windows command, python3 is not.
@@ -266,7 +302,7 @@ outputs = { x = "x.txt" }
 EOF
 heddle run pipelines/container.toml
 expect_rc 2 "a container stage with no Docker engine"
-check "the message names the named pipe" contains "$err" "npipe:////./pipe/docker_engine"
+check "the message names the named pipe" contains "$err" "cannot reach the Docker Engine at npipe:////./pipe/docker_engine"
 
 wineserver -k 2>/dev/null || true
 echo "windows: $passed passed, $failed failed"
