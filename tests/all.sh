@@ -10,6 +10,8 @@ need_apt=()
 command -v busybox >/dev/null || [[ -x /bin/busybox ]] || need_apt+=(busybox-static)
 command -v mmdebstrap >/dev/null || need_apt+=(mmdebstrap)
 command -v chromium >/dev/null || need_apt+=(chromium)
+command -v wine >/dev/null || need_apt+=(wine wine64)
+command -v x86_64-w64-mingw32-gcc >/dev/null || need_apt+=(gcc-mingw-w64-x86-64)
 if ((${#need_apt[@]})); then
   if [[ $(id -u) -eq 0 ]]; then
     echo "== apt-get install ${need_apt[*]}"
@@ -47,6 +49,7 @@ else
 fi
 
 command -v chromium >/dev/null && export HEDDLE_REQUIRE_CHROMIUM=1
+command -v wine >/dev/null && command -v x86_64-w64-mingw32-gcc >/dev/null && export HEDDLE_REQUIRE_WINE=1
 # As root the full-disk tests mount their own tmpfs; a failure to do so is then a failure.
 [[ $(id -u) -eq 0 ]] && export HEDDLE_REQUIRE_ROOT=1
 
@@ -74,3 +77,7 @@ for entry in logbook/*.md; do
   cat "$log.err" >&2
   [[ $rc -eq 0 ]] || { echo "$entry does not reproduce (exit $rc); see $log" >&2; exit 1; }
 done
+
+# heddle.exe under Wine: cmd stages, cache, lock, status, Job objects, paths with spaces.
+echo "== Windows suite (Wine)"
+bash tests/windows.sh

@@ -56,6 +56,10 @@ struct Launch {
     stderr: Target,
     /// Set when a shell-form command runs without its shell (see [`super::simple`]).
     direct: bool,
+    /// Appended to the command line as it is: `cmd.exe` parses its line itself, so the
+    /// standard library's quoting must not touch it (see [`super::cmd_exe`]).
+    #[cfg(windows)]
+    raw: Option<String>,
 }
 
 enum Target {
@@ -99,6 +103,8 @@ fn launch(req: &ExecRequest, work: &Path) -> Result<Launch, ExecError> {
         stdout: Target::Pipe,
         stderr: Target::Pipe,
         direct: false,
+        #[cfg(windows)]
+        raw: None,
     };
     match &req.command {
         #[cfg(unix)]
@@ -119,7 +125,9 @@ fn launch(req: &ExecRequest, work: &Path) -> Result<Launch, ExecError> {
         #[cfg(windows)]
         Command::Shell(s) => {
             let _ = work;
-            Ok(streams("cmd.exe".into(), vec!["/C".into(), s.clone()]))
+            let mut l = streams(resolve_program("cmd.exe", path), Vec::new());
+            l.raw = Some(super::cmd_exe::command_line(s));
+            Ok(l)
         }
         Command::Exec(v) => Ok(streams(resolve_program(&v[0], path), v[1..].to_vec())),
     }
@@ -200,6 +208,10 @@ async fn run(
     if l.direct {
         // What `sh` would have exported.
         cmd.env("PWD", &work);
+    }
+    #[cfg(windows)]
+    if let Some(raw) = &l.raw {
+        cmd.raw_arg(raw);
     }
     #[cfg(target_os = "linux")]
     let token = super::contain::StageToken::new();
@@ -301,11 +313,13 @@ impl Group {
         Ok(Group { child, pgid })
     }
 
+    /// The Job object kills every process in it when its last handle closes, so a heddle that
+    /// dies takes its stages' trees with it: the kernel does what [`super::reaper`] does on Linux.
     #[cfg(windows)]
     fn spawn(mut cmd: tokio::process::Command) -> std::io::Result<Group> {
         use command_group::AsyncCommandGroup;
         Ok(Group {
-            child: cmd.group_spawn()?,
+            child: cmd.group().kill_on_drop(true).spawn()?,
         })
     }
 
@@ -321,8 +335,12 @@ impl Group {
         (c.stdout.take(), c.stderr.take())
     }
 
+    /// Wait for the leader. On Windows the group's own `wait` also waits for every process in
+    /// the Job, so a backgrounded grandchild would hold the stage open until it ended by
+    /// itself; the leader's exit is what ends a stage, as on unix, and [`Group::kill`] then
+    /// ends the rest.
     async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
-        self.child.wait().await
+        self.inner().wait().await
     }
 
     /// The polite signal, to the whole group.
@@ -354,11 +372,12 @@ impl Group {
                 return;
             }
         }
+        // TerminateJobObject ends every process in the Job at once; then only the leader is
+        // reaped, because the group's `wait` blocks on the Job's completion port, which may
+        // hold no further message once the Job has already emptied.
         #[cfg(windows)]
-        {
-            let _ = self.child.kill().await;
-        }
-        let _ = self.child.wait().await;
+        let _ = self.child.start_kill();
+        let _ = self.inner().wait().await;
     }
 }
 

@@ -1,6 +1,7 @@
 //! Executors run one rendered command to completion and say how it ended. The scheduler knows
 //! only the [`Executor`] trait; the host executor and the Docker executor sit beside each other.
 
+pub mod cmd_exe;
 #[cfg(target_os = "linux")]
 pub mod contain;
 pub mod docker;
