@@ -7,16 +7,16 @@ use std::ops::Range;
 use serde_json::Value;
 
 use super::loader::Loader;
+
+/// A stage's matrix keys with their values, in file order.
+type Keys = Vec<(String, Vec<Value>)>;
 use super::valid_name;
 use super::value::{toml_to_json, value_text};
 use crate::spec::RawStage;
 
 impl Loader {
     /// The matrix keys in file order, and the span of the first (where planner errors point).
-    pub(super) fn matrix(
-        &mut self,
-        r: &RawStage,
-    ) -> (Vec<(String, Vec<Value>)>, Option<Range<usize>>) {
+    pub(super) fn matrix(&mut self, r: &RawStage) -> (Keys, Option<Range<usize>>) {
         let mut matrix = Vec::new();
         let mut matrix_span = None;
         for (k, vals) in r.matrix.iter().flatten() {
