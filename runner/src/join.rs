@@ -201,6 +201,42 @@ mod tests {
         );
     }
 
+    fn m(pairs: &[(&str, Value)]) -> Matrix {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
+    }
+
+    /// The result spelt out, not only compared with the reference loop.
+    #[test]
+    fn a_join_extends_each_assignment_with_its_partners_in_order() {
+        let ups = [
+            m(&[("i", json!(1)), ("p", json!("a8"))]),
+            m(&[("i", json!(2)), ("p", json!("a8"))]),
+            m(&[("i", json!(1)), ("p", json!("a16"))]),
+        ];
+        let own = vec![m(&[("i", json!(1))]), m(&[("i", json!(3))])];
+        let got = join(&own, &[0, 1, 2], &keys(&["i", "p"]), |u| &ups[u]);
+        assert_eq!(
+            got,
+            vec![
+                m(&[("i", json!(1)), ("p", json!("a8"))]),
+                m(&[("i", json!(1)), ("p", json!("a16"))]),
+            ]
+        );
+        // Joined on `i` only, the two `i = 1` candidates give one result, the first's.
+        let got = join(&[Matrix::new()], &[2, 0, 1], &keys(&["i"]), |u| &ups[u]);
+        assert_eq!(got, vec![m(&[("i", json!(1))]), m(&[("i", json!(2))])]);
+    }
+
+    #[test]
+    fn values_of_different_types_do_not_join() {
+        let ups = [m(&[("i", json!("1"))]), m(&[("i", json!(1.0))])];
+        let own = vec![m(&[("i", json!(1))])];
+        assert!(join(&own, &[0, 1], &keys(&["i"]), |u| &ups[u]).is_empty());
+    }
+
     #[test]
     fn a_map_pairs_each_instance_with_its_upstream() {
         // `d` with no matrix of its own maps `m[i]`: one instance per upstream instance.

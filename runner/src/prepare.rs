@@ -134,7 +134,7 @@ pub async fn prepare(
         .iter()
         .filter_map(|i| {
             let c = p.stages[i.stage].container.as_ref()?;
-            Some((c.docker_host.clone(), i.image.clone()?, c.pull.clone()))
+            Some((c.docker_host.clone(), i.image.clone()?, c.pull.to_string()))
         })
         .collect();
     let mut unresolved = BTreeMap::new();

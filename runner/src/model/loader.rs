@@ -1,0 +1,258 @@
+//! The walk over one pipeline file: `--set` overrides, `[resources]`, `[envs]`, `[defaults]`
+//! and then each stage in file order. Every problem becomes a [`Diagnostic`] in one list, so a
+//! user sees all of them at once; the stage parts live in their own files.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+use toml::Spanned;
+
+use heddle_cache::error_chain;
+
+use super::definition::LoadedDef;
+use super::value::{parse_value_text, toml_to_json, ParamType};
+use super::{valid_name, EnvDef, LoadError, LoadOptions, Pipeline};
+use crate::diag::{Diagnostic, Diagnostics, Source};
+use crate::spec::{EnvSpec, PipelineSpec, RawStage};
+
+pub(super) struct Loader {
+    pub src: Arc<Source>,
+    pub root: PathBuf,
+    pub lib_base: PathBuf,
+    pub errors: Vec<Diagnostic>,
+    /// Definitions loaded so far by `uses` name; `None` for one that failed (reported once).
+    pub defs: BTreeMap<String, Option<LoadedDef>>,
+}
+
+/// What every stage of the pipeline may refer to.
+pub(super) struct Scope<'a> {
+    pub params: &'a BTreeMap<String, Value>,
+    pub resources: &'a BTreeMap<String, u32>,
+    pub envs: &'a BTreeMap<String, EnvDef>,
+    pub stage_names: &'a [String],
+    pub defaults: Option<&'a RawStage>,
+}
+
+/// `[resources]`: pool sizes, and which pools are shared across the host.
+struct Pools {
+    units: BTreeMap<String, u32>,
+    host: BTreeSet<String>,
+}
+
+impl Loader {
+    pub fn new(src: Arc<Source>, root: PathBuf, lib_base: PathBuf) -> Loader {
+        Loader {
+            src,
+            root,
+            lib_base,
+            errors: Vec::new(),
+            defs: BTreeMap::new(),
+        }
+    }
+
+    /// An error in the pipeline file.
+    pub fn err(&mut self, span: Range<usize>, msg: impl Into<String>) {
+        let d = self.src.error(Some(span), msg);
+        self.errors.push(d);
+    }
+
+    pub fn err_help(
+        &mut self,
+        span: Range<usize>,
+        msg: impl Into<String>,
+        help: impl Into<String>,
+    ) {
+        let d = self.src.error(Some(span), msg).with_help(help);
+        self.errors.push(d);
+    }
+
+    pub fn load(
+        mut self,
+        spec: PipelineSpec,
+        file: &Path,
+        opts: &LoadOptions,
+    ) -> Result<Pipeline, LoadError> {
+        let name = spec.pipeline.get_ref().name.get_ref().clone();
+        if !valid_name(&name) {
+            let span = spec.pipeline.get_ref().name.span();
+            self.err(
+                span,
+                format!("pipeline name `{name}` must be letters, digits, `-` or `_`"),
+            );
+        }
+        let mut params: BTreeMap<String, Value> = spec
+            .params
+            .iter()
+            .map(|(k, v)| (k.clone(), toml_to_json(v.get_ref())))
+            .collect();
+        apply_overrides(&mut params, &opts.overrides)?;
+        let pools = self.pools(&spec.resources);
+        let envs = self.envs(&spec.envs);
+        let defaults = spec.defaults.as_ref().map(|d| d.get_ref());
+        if let Some(d) = &spec.defaults {
+            self.check_stage_keys(d, "[defaults]");
+        }
+
+        let mut ordered: Vec<_> = spec.stages.iter().collect();
+        ordered.sort_by_key(|(_, s)| s.span().start);
+        let stage_names: Vec<String> = ordered.iter().map(|(k, _)| k.get_ref().clone()).collect();
+        let scope = Scope {
+            params: &params,
+            resources: &pools.units,
+            envs: &envs,
+            stage_names: &stage_names,
+            defaults,
+        };
+        let mut stages = Vec::new();
+        for (name, raw) in ordered {
+            if !valid_name(name.get_ref()) {
+                self.err(
+                    name.span(),
+                    format!(
+                        "stage name `{}` must be letters, digits, `-` or `_`",
+                        name.get_ref()
+                    ),
+                );
+                continue;
+            }
+            if let Some(stage) = self.stage(name, raw, &scope) {
+                stages.push(stage);
+            }
+        }
+        if stages.is_empty() && self.errors.is_empty() {
+            let span = spec.pipeline.span();
+            self.err(span, "the pipeline has no stages");
+        }
+        if !self.errors.is_empty() {
+            return Err(LoadError::Invalid(Diagnostics(self.errors)));
+        }
+        Ok(Pipeline {
+            name,
+            file: file.to_path_buf(),
+            root: self.root,
+            source: self.src,
+            params,
+            resources: pools.units,
+            host_pools: pools.host,
+            envs,
+            stages,
+        })
+    }
+
+    fn pools(&mut self, spec: &BTreeMap<String, Spanned<toml::Value>>) -> Pools {
+        let mut pools = Pools {
+            units: BTreeMap::new(),
+            host: BTreeSet::new(),
+        };
+        for (k, v) in spec {
+            match crate::pool_spec::parse(v.get_ref()) {
+                Ok(pool) => {
+                    pools.units.insert(k.clone(), pool.units);
+                    if pool.scope == crate::pool_spec::Scope::Host {
+                        pools.host.insert(k.clone());
+                    }
+                }
+                Err(why) => self.err(v.span(), format!("resource pool `{k}`: {why}")),
+            }
+        }
+        pools
+    }
+
+    fn envs(&mut self, spec: &BTreeMap<String, Spanned<EnvSpec>>) -> BTreeMap<String, EnvDef> {
+        let mut envs = BTreeMap::new();
+        for (k, v) in spec {
+            let e = v.get_ref();
+            let requirements = self.requirements_file(&e.requirements);
+            envs.insert(
+                k.clone(),
+                EnvDef {
+                    name: k.clone(),
+                    requirements,
+                    python: e.python.clone().unwrap_or_else(|| "python3".into()),
+                },
+            );
+        }
+        envs
+    }
+
+    /// An env's requirements file: in the project, else (for `stages/…`) in the shipped library.
+    fn requirements_file(&mut self, req: &Spanned<String>) -> PathBuf {
+        let rel = req.get_ref();
+        let mut path = self.root.join(rel);
+        if !path.is_file() {
+            // `stages/…` files a project does not have come from the shipped library.
+            if let Some(rel) = rel.strip_prefix("stages/") {
+                match crate::stage_lib::locate_file(rel, &self.lib_base) {
+                    Ok(Some(p)) => path = p,
+                    Ok(None) => {}
+                    Err(err) => self.err(req.span(), error_chain(&err)),
+                }
+            }
+        }
+        if !path.is_file() {
+            self.err_help(
+                req.span(),
+                format!("requirements file `{rel}` not found"),
+                format!(
+                    "paths are relative to the project root {}",
+                    self.root.display()
+                ),
+            );
+        }
+        path
+    }
+
+    /// `[defaults]` allows only the keys a stage inherits.
+    fn check_stage_keys(&mut self, raw: &Spanned<RawStage>, what: &str) {
+        let r = raw.get_ref();
+        let set = [
+            ("uses", r.uses.is_some()),
+            ("with", r.with_.is_some()),
+            ("inputs", r.inputs.is_some()),
+            ("outputs", r.outputs.is_some()),
+            ("matrix", r.matrix.is_some()),
+            ("run", r.run.is_some()),
+            ("include", r.include.is_some()),
+        ];
+        for (k, _) in set.into_iter().filter(|(_, is_set)| *is_set) {
+            self.err(raw.span(), format!("`{k}` is not allowed in {what}"));
+        }
+    }
+}
+
+/// Apply `--set k=v` to the pipeline's params: a value keeps its param's type.
+fn apply_overrides(
+    params: &mut BTreeMap<String, Value>,
+    overrides: &[(String, String)],
+) -> Result<(), LoadError> {
+    for (k, raw) in overrides {
+        let Some(old) = params.get(k) else {
+            let known: Vec<_> = params.keys().cloned().collect();
+            return Err(LoadError::Usage(format!(
+                "--set {k}={raw}: the pipeline has no param `{k}` (params: {})",
+                if known.is_empty() {
+                    "none".into()
+                } else {
+                    known.join(", ")
+                }
+            )));
+        };
+        let ty = ParamType::of(old);
+        let v = match ty.coerce(parse_value_text(raw)) {
+            Ok(v) => v,
+            // Any text is a string: `--set name=4` keeps "4".
+            Err(_) if ty == ParamType::String => Value::String(raw.clone()),
+            Err(_) => {
+                return Err(LoadError::Usage(format!(
+                    "--set {k}={raw}: param `{k}` is a {}",
+                    ty.name()
+                )))
+            }
+        };
+        params.insert(k.clone(), v);
+    }
+    Ok(())
+}

@@ -1,0 +1,232 @@
+//! The validated pipeline: what the TOML means. Built from [`crate::spec`] by [`load`], which
+//! resolves `uses` definitions, type-checks params, parses references and templates, and reports
+//! every problem it finds with a position. Nothing here touches the cache or runs anything.
+//!
+//! The types live here; the loader is split by concern:
+//! - [`loader`]: the pipeline file's own tables (`--set`, `[resources]`, `[envs]`) and the walk
+//!   over stages, collecting every diagnostic;
+//! - [`layers`]: the precedence stage > definition > `[defaults]`, one helper that returns a
+//!   value with the file it came from, so each diagnostic quotes the right file;
+//! - `stage`, `inputs`, `with`, `matrix`, `settings`, `container`: one part of a stage each;
+//! - `definition`: `stages/<uses>/stage.toml`;
+//! - [`value`] and [`refs`]: param values and the text forms (references, `run`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use heddle_containers::PullPolicy;
+use serde_json::Value;
+
+use crate::diag::{Diagnostic, Diagnostics, Source};
+use crate::spec::{self, GpuSpec, PipelineSpec};
+use crate::template::Template;
+
+mod container;
+mod definition;
+mod inputs;
+mod layers;
+mod loader;
+mod matrix;
+pub mod refs;
+mod settings;
+mod stage;
+#[cfg(test)]
+mod tests;
+pub mod value;
+mod with;
+
+pub use refs::{parse_ref, valid_name, Input, InputKind, RunTemplate, Selector};
+pub use value::{check_param, parse_value_text, toml_to_json, value_text, ParamDef, ParamType};
+
+#[derive(Debug)]
+pub struct Pipeline {
+    pub name: String,
+    /// The pipeline file as the user named it.
+    pub file: PathBuf,
+    /// The project root: repo paths, `stages/` and `out/` are relative to it.
+    pub root: PathBuf,
+    pub source: Arc<Source>,
+    pub params: BTreeMap<String, Value>,
+    pub resources: BTreeMap<String, u32>,
+    /// Pools declared `scope = "host"`: units locked across every heddle on this host.
+    pub host_pools: BTreeSet<String>,
+    pub envs: BTreeMap<String, EnvDef>,
+    /// In file order.
+    pub stages: Vec<Stage>,
+}
+
+#[derive(Debug, Clone)]
+pub struct EnvDef {
+    pub name: String,
+    /// Absolute path of the requirements file.
+    pub requirements: PathBuf,
+    pub python: String,
+}
+
+/// A reusable stage definition: `stages/<uses>/stage.toml` and the files beside it.
+#[derive(Debug)]
+pub struct StageDef {
+    pub uses: String,
+    pub dir: PathBuf,
+    pub source: Arc<Source>,
+    pub description: Option<String>,
+    pub params: BTreeMap<String, ParamDef>,
+    pub inputs: BTreeMap<String, bool>,
+    pub outputs: BTreeMap<String, String>,
+}
+
+/// A `with` value: literal, or a template over pipeline params and matrix values.
+#[derive(Debug, Clone)]
+pub enum WithValue {
+    Literal(Value),
+    Template(Template),
+}
+
+#[derive(Debug, Clone)]
+pub struct ContainerOpts {
+    pub image: Template,
+    /// `image` / `gpus` were set by the `uses` definition, so their templates see the
+    /// definition's params; set in the pipeline, they see the pipeline's params.
+    pub image_in_def: bool,
+    pub gpus_in_def: bool,
+    pub gpus: Option<GpuSpec>,
+    pub devices: Vec<String>,
+    pub network: Network,
+    pub shm_size: Option<String>,
+    pub memory: Option<String>,
+    pub cpus: Option<f64>,
+    pub user: Option<String>,
+    pub workdir: Option<String>,
+    pub pull: PullPolicy,
+    pub docker_host: Option<String>,
+    pub transfer: crate::exec::Transfer,
+}
+
+/// A container's `network`: parsed at load, so a typo is a load-time error at the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    /// Loopback only (the default): a stage reaches the network only when it says so.
+    None,
+    Bridge,
+    Host,
+}
+
+impl Network {
+    pub fn parse(s: &str) -> Option<Network> {
+        match s {
+            "none" => Some(Network::None),
+            "bridge" => Some(Network::Bridge),
+            "host" => Some(Network::Host),
+            _ => None,
+        }
+    }
+
+    /// The TOML spelling, which is also what the cache key's executor identity holds.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Network::None => "none",
+            Network::Bridge => "bridge",
+            Network::Host => "host",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Stage {
+    pub name: String,
+    pub name_span: Range<usize>,
+    pub def: Option<Arc<StageDef>>,
+    pub with: BTreeMap<String, (WithValue, Range<usize>)>,
+    pub run: RunTemplate,
+    /// Where `run` was written (the pipeline or the definition), for template errors.
+    pub run_source: Arc<Source>,
+    pub run_span: Range<usize>,
+    pub inputs: BTreeMap<String, Input>,
+    pub outputs: BTreeMap<String, String>,
+    pub matrix: Vec<(String, Vec<Value>)>,
+    pub matrix_span: Option<Range<usize>>,
+    pub timeout: Option<Duration>,
+    pub retries: u32,
+    pub allow_failure: bool,
+    pub cache: bool,
+    pub report: bool,
+    pub resources: BTreeMap<String, u32>,
+    pub env: Option<String>,
+    pub vars: BTreeMap<String, String>,
+    pub pass_env: Vec<String>,
+    pub container: Option<ContainerOpts>,
+}
+
+/// Options that come from the command line rather than the file.
+#[derive(Debug, Default, Clone)]
+pub struct LoadOptions {
+    /// `--set k=v`, raw text.
+    pub overrides: Vec<(String, String)>,
+    /// Overrides the discovered project root.
+    pub root: Option<PathBuf>,
+    /// Where the shipped stage library and included definitions are extracted
+    /// ([`crate::stage_lib`]); default `<root>/.heddle/stage-lib`.
+    pub stage_lib: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{0}")]
+    Invalid(Diagnostics),
+    #[error("failed to read pipeline {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl From<Diagnostic> for LoadError {
+    fn from(d: Diagnostic) -> Self {
+        LoadError::Invalid(Diagnostics(vec![d]))
+    }
+}
+
+/// Find the project root: the nearest folder at or above the pipeline's that holds `stages/`,
+/// `.heddle/` or `.git`; else the pipeline's own folder.
+pub fn find_root(pipeline_file: &Path) -> PathBuf {
+    let abs = std::path::absolute(pipeline_file).unwrap_or_else(|_| pipeline_file.to_path_buf());
+    let start = abs.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut dir = Some(start.as_path());
+    while let Some(d) = dir {
+        if d.join("stages").is_dir() || d.join(".heddle").is_dir() || d.join(".git").exists() {
+            return d.to_path_buf();
+        }
+        dir = d.parent();
+    }
+    start
+}
+
+pub fn load(file: &Path, opts: &LoadOptions) -> Result<Pipeline, LoadError> {
+    let text = std::fs::read_to_string(file).map_err(|source| LoadError::Read {
+        path: file.to_path_buf(),
+        source,
+    })?;
+    load_str(file, text, opts)
+}
+
+/// [`load`] of a pipeline's text as if read from `file` (stage definitions are still read from
+/// the project root). The fuzz targets enter here.
+pub fn load_str(file: &Path, text: String, opts: &LoadOptions) -> Result<Pipeline, LoadError> {
+    let source = Arc::new(Source::new(file, text));
+    let spec: PipelineSpec = spec::parse(&source)?;
+    let root = match &opts.root {
+        Some(r) => std::path::absolute(r).unwrap_or_else(|_| r.clone()),
+        None => find_root(file),
+    };
+    let lib_base = opts
+        .stage_lib
+        .clone()
+        .unwrap_or_else(|| crate::stage_lib::default_base(&root));
+    loader::Loader::new(source, root, lib_base).load(spec, file, opts)
+}
