@@ -8,10 +8,12 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod artefacts;
 mod cli;
-mod logbook;
-mod report;
-mod stages_cmd;
+mod commands;
+mod error;
+mod progress;
+mod session;
 
 fn main() {
     // `heddle show --json | head` should end quietly, like any unix tool, not panic on EPIPE.

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use heddle_runner::record::{RunRecord, Status};
+use heddle_schema::{RunRecord, Status};
 use plotters::prelude::*;
 use serde::Deserialize;
 
