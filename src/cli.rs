@@ -3,11 +3,12 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::commands::{self, cache, lock, logbook, runs, stages};
 use crate::error::{self, Error, EXIT_INVALID, EXIT_OK};
 use crate::session::Session;
+use crate::style::{self, ColorChoice};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -22,6 +23,9 @@ pub struct Cli {
     /// Project root (default: the nearest folder above the pipeline with stages/, .heddle/ or .git).
     #[arg(long, global = true)]
     root: Option<PathBuf>,
+    /// Colour the statuses (ok, cached, FAILED): auto is on a terminal unless NO_COLOR is set.
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
+    color: ColorChoice,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -63,6 +67,13 @@ enum Cmd {
     Report(commands::report::ReportArgs),
     /// Remove containers a crashed run left behind.
     Gc(commands::gc::GcArgs),
+    /// Print a shell completion script: `heddle completions bash > /etc/bash_completion.d/heddle`.
+    Completions {
+        #[arg(value_enum)]
+        shell: commands::shell::Shell,
+    },
+    /// Print the man page (roff): `heddle man > heddle.1`.
+    Man,
 }
 
 /// Parse the command line, run the command, print its error if any; returns the exit code.
@@ -83,6 +94,7 @@ pub fn main() -> i32 {
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("HEDDLE_LOG"))
         .with_writer(std::io::stderr)
         .init();
+    style::init(cli.color);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -113,5 +125,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
         Cmd::Logbook { cmd } => logbook::logbook(s, cmd).await,
         Cmd::Report(a) => commands::report::report(s, a),
         Cmd::Gc(a) => commands::gc::gc(a).await,
+        Cmd::Completions { shell } => commands::shell::completions(*shell, Cli::command()),
+        Cmd::Man => commands::shell::man(Cli::command()),
     }
 }

@@ -14,6 +14,7 @@ mod commands;
 mod error;
 mod progress;
 mod session;
+mod style;
 
 fn main() {
     // `heddle show --json | head` should end quietly, like any unix tool, not panic on EPIPE.

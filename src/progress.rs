@@ -11,6 +11,13 @@ use heddle_runner::sched::Event;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use crate::style::{self, Stream, Tone};
+
+/// A status word for stderr, where the display writes.
+fn paint(tone: Tone, word: &str) -> String {
+    style::paint(Stream::Stderr, tone, word)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ProgressMode {
     /// A bar on a terminal, plain lines otherwise.
@@ -65,12 +72,16 @@ async fn lines(quiet: bool, mut rx: UnboundedReceiver<Event>) -> Tally {
                 ..
             } => {
                 let _ = match (status, cached) {
-                    (Status::Ok, true) => writeln!(err, "cached  {label}"),
+                    (Status::Ok, true) => {
+                        writeln!(err, "{}  {label}", paint(Tone::Cached, "cached"))
+                    }
                     (Status::Ok, false) => {
-                        writeln!(err, "ok      {label}  {}", secs(*duration_ms))
+                        let ok = paint(Tone::Ok, "ok");
+                        writeln!(err, "{ok}      {label}  {}", secs(*duration_ms))
                     }
                     (Status::Failed, _) => {
-                        writeln!(err, "FAILED  {label}  {}", error.as_deref().unwrap_or(""))
+                        let failed = paint(Tone::Failed, "FAILED");
+                        writeln!(err, "{failed}  {label}  {}", error.as_deref().unwrap_or(""))
                     }
                     (Status::Skipped, _) => {
                         writeln!(err, "skip    {label}  {}", error.as_deref().unwrap_or(""))
@@ -130,7 +141,8 @@ async fn bar(total: usize, mut rx: UnboundedReceiver<Event>) -> Tally {
                 }
                 if *status == Status::Failed {
                     let _ = multi.println(format!(
-                        "FAILED  {label}  {}",
+                        "{}  {label}  {}",
+                        paint(Tone::Failed, "FAILED"),
                         error.as_deref().unwrap_or("")
                     ));
                 }

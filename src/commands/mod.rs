@@ -10,5 +10,6 @@ pub mod plan;
 pub mod report;
 pub mod run;
 pub mod runs;
+pub mod shell;
 pub mod stages;
 mod verify;

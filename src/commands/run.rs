@@ -13,6 +13,7 @@ use heddle_runner::sched::{self, RunOptions};
 use crate::error::{Error, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, EXIT_STAGE_FAILED};
 use crate::progress::{secs, ProgressMode};
 use crate::session::{self, default_jobs, display_rel, PipelineArgs, Session};
+use crate::style::{paint, Stream, Tone};
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -91,9 +92,9 @@ fn print_summary(plan: &Plan, rec: &RunRecord) {
     eprintln!(
         "{} {}: {} instances — {ran} ran, {cached} cached, {failed} failed, {skipped} skipped in {}",
         match rec.status {
-            RunStatus::Completed => "done",
-            RunStatus::Failed => "FAILED",
-            RunStatus::Interrupted => "INTERRUPTED",
+            RunStatus::Completed => paint(Stream::Stderr, Tone::Ok, "done"),
+            RunStatus::Failed => paint(Stream::Stderr, Tone::Failed, "FAILED"),
+            RunStatus::Interrupted => "INTERRUPTED".to_string(),
         },
         rec.pipeline,
         rec.instances.len(),
@@ -116,7 +117,8 @@ fn print_failures(rec: &RunRecord) {
     for (label, r) in &rec.instances {
         if r.status.status == Status::Failed {
             eprintln!(
-                "  {label} FAILED {}",
+                "  {label} {} {}",
+                paint(Stream::Stderr, Tone::Failed, "FAILED"),
                 r.status.error.as_deref().unwrap_or("")
             );
             // A stage that printed nothing to stderr has no log file.

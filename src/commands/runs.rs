@@ -6,6 +6,7 @@ use heddle_runner::record::{self, InstanceRecord, RunRecord, Status};
 use crate::error::{Error, EXIT_OK};
 use crate::progress::secs;
 use crate::session::{display_rel, Session};
+use crate::style::{paint, Stream, Tone};
 
 #[derive(clap::Args, Debug)]
 pub struct RunsArgs {
@@ -86,9 +87,17 @@ pub fn show(s: &Session, a: &ShowArgs) -> Result<i32, Error> {
 /// How an instance ended, as `show` prints it.
 fn state(i: &InstanceRecord) -> String {
     match (i.status.status, i.cached) {
-        (Status::Ok, true) => "cached".to_string(),
-        (Status::Ok, false) => format!("ok {}", secs(i.duration_ms)),
-        (Status::Failed, _) => format!("FAILED {}", i.status.error.as_deref().unwrap_or("")),
+        (Status::Ok, true) => paint(Stream::Stdout, Tone::Cached, "cached"),
+        (Status::Ok, false) => format!(
+            "{} {}",
+            paint(Stream::Stdout, Tone::Ok, "ok"),
+            secs(i.duration_ms)
+        ),
+        (Status::Failed, _) => format!(
+            "{} {}",
+            paint(Stream::Stdout, Tone::Failed, "FAILED"),
+            i.status.error.as_deref().unwrap_or("")
+        ),
         (Status::Skipped, _) => format!(
             "skipped ({})",
             i.status
