@@ -8,11 +8,14 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod artefacts;
 mod cli;
-mod logbook;
+mod commands;
+mod error;
+mod progress;
 mod remote_cache;
-mod report;
-mod stages_cmd;
+mod session;
+mod style;
 
 fn main() {
     // `heddle show --json | head` should end quietly, like any unix tool, not panic on EPIPE.

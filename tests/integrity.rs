@@ -270,7 +270,8 @@ impl Drop for Tmpfs {
 }
 
 /// `out/` on a full disk: the error says "No space left on device" and names the file being
-/// written; the cache stays consistent and the next run, with space, completes.
+/// written, the run exits 2 (the environment's fault, not the stage's); the cache stays
+/// consistent and the next run, with space, completes.
 #[cfg(target_os = "linux")]
 #[test]
 fn a_full_out_disk_says_so_and_the_next_run_completes() {
@@ -288,7 +289,7 @@ run = "head -c 1000000 /dev/zero > {{ out.o }}"
 outputs = { o = "o.bin" }
 "#,
     );
-    let r = p.run("p.toml", &[]).code(1);
+    let r = p.run("p.toml", &[]).code(2);
     let rec = p.last_record();
     let err = instance(&rec, "big")["status"]["error"]
         .as_str()

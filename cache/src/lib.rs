@@ -79,7 +79,7 @@ pub use error::{error_chain, CacheError};
 pub use lock::KeyLock;
 pub use maintenance::{BadEntry, DuReport, FamilyUsage, GcReport, VerifyReport};
 pub use statcache::StatCache;
-pub use store::{BlobImport, BlobStore, Durability, ImportOutcome, Store, StoreOptions};
+pub use store::{BlobImport, Durability, ImportOutcome, Store, StoreOptions};
 pub use tree::{decode_tree, encode_tree, TreeEntry, TREE_TAG};
 pub use tree_check::{check_tree, TreeViolation};
 

@@ -877,52 +877,6 @@ fn replace_path(tmp: &Path, dest: &Path) -> Result<(), CacheError> {
     }
 }
 
-/// The blob operations a remote or layered store would provide, so one can wrap or stack on
-/// the local [`Store`] later without the callers changing.
-pub trait BlobStore: Send + Sync {
-    fn contains(&self, d: &Digest) -> bool;
-    /// The blob's bytes, or `None` if absent (or found corrupt and removed).
-    fn get(&self, d: &Digest) -> Result<Option<Vec<u8>>, CacheError>;
-    /// Store bytes, returning their digest.
-    fn put(&self, bytes: &[u8]) -> Result<Digest, CacheError>;
-}
-
-impl BlobStore for Store {
-    fn contains(&self, d: &Digest) -> bool {
-        self.has_blob(d)
-    }
-
-    fn get(&self, d: &Digest) -> Result<Option<Vec<u8>>, CacheError> {
-        let p = self.blob_path(d);
-        let bytes = match fs::read(&p) {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => {
-                return Err(CacheError::Io {
-                    op: "read",
-                    path: p,
-                    source: e,
-                })
-            }
-        };
-        if Digest::of_bytes(&bytes) != *d {
-            let _ = remove_any(&p);
-            return Ok(None);
-        }
-        Ok(Some(bytes))
-    }
-
-    fn put(&self, bytes: &[u8]) -> Result<Digest, CacheError> {
-        let d = Digest::of_bytes(bytes);
-        if self.has_blob(&d) {
-            self.note_existing(&d);
-        } else {
-            self.write_blob_bytes(&d, bytes)?;
-        }
-        Ok(d)
-    }
-}
-
 /// A blob on its way in from elsewhere (a remote cache), written chunk by chunk to the
 /// store's `tmp/` and hashed as it is written, so its bytes are read once. Start one with
 /// [`Store::start_blob_import`], feed it with [`BlobImport::write`], and hand it to

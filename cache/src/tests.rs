@@ -619,17 +619,6 @@ fn is_materialized_uses_stat_records() {
 }
 
 #[test]
-fn blob_store_trait_get_put_contains() {
-    use crate::BlobStore;
-    let (_dir, s) = store();
-    let d = s.put(b"bytes").unwrap();
-    assert!(s.contains(&d));
-    assert_eq!(s.get(&d).unwrap().unwrap(), b"bytes");
-    assert_eq!(s.put(b"bytes").unwrap(), d);
-    assert!(s.get(&Digest::of_bytes(b"nope")).unwrap().is_none());
-}
-
-#[test]
 fn concurrent_puts_and_records_of_the_same_content() {
     let (dir, s) = store();
     let s = std::sync::Arc::new(s);

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use heddle_cache::{Digest, Store};
-use heddle_runner::record::{RunRecord, Status};
+use heddle_schema::{RunRecord, Status};
 
 use crate::entry::Table;
 use crate::html::{PlotFile, PlotSpec};

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use heddle_runner::key::{Change, KeyParts};
-use heddle_runner::record::{InstanceRecord, RunRecord, Status};
+use heddle_schema::{InstanceRecord, RunRecord, Status};
 use serde::Serialize;
 use serde_json::Value;
 

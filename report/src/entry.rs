@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use heddle_runner::record::{RunRecord, Status};
+use heddle_schema::{RunRecord, Status};
 
 use crate::compare::Tolerance;
 

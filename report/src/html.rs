@@ -12,7 +12,7 @@ mod timeline;
 
 use std::fmt::Write;
 
-use heddle_runner::record::{RunRecord, Status};
+use heddle_schema::{RunRecord, Status};
 
 pub use dag::{dag_svg, node_text, NodeText};
 pub use plot::{plot_html, PlotFile, PlotSpec, Series};

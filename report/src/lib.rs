@@ -4,10 +4,13 @@
 //! self-contained HTML page (header, DAG, timeline, report tables, plots, slowest instances).
 //! [`diff`] compares two runs: params, changed keys, and every report number with its delta.
 //! [`artefacts`] reads what report stages produced back from the store. None of them runs
-//! anything (re-running is the binary's job, through `heddle-runner`).
+//! anything (re-running is the binary's job, through `heddle-runner`), and the records come
+//! from `heddle-schema`, so this crate builds without the engine (tokio, bollard).
 
+#[cfg(feature = "runs")]
 pub mod artefacts;
 pub mod compare;
+#[cfg(feature = "runs")]
 pub mod diff;
 pub mod entry;
 pub mod html;

@@ -74,20 +74,6 @@ impl Plan {
     pub fn stage_of(&self, i: usize) -> &Stage {
         &self.pipeline.stages[self.instances[i].stage]
     }
-
-    /// Every instance downstream of `i` (not including `i`).
-    pub fn downstream(&self, i: usize) -> BTreeSet<usize> {
-        let mut seen = BTreeSet::new();
-        let mut stack = vec![NodeIndex::new(i)];
-        while let Some(n) = stack.pop() {
-            for m in self.graph.neighbors(n) {
-                if seen.insert(m.index()) {
-                    stack.push(m);
-                }
-            }
-        }
-        seen
-    }
 }
 
 /// The folder name of a gathered member: `k1=v1,k2=v2`, or `_` for an unmatrixed stage.
@@ -612,10 +598,4 @@ pub fn scalar(inst: &Instance, path: &[String]) -> Option<Rendered> {
         [ns] if ns == "instance" => Some(Rendered::One(inst.label.clone())),
         _ => None,
     }
-}
-
-/// Whether a template mentions a variable (used to avoid needless work).
-pub fn mentions(t: &Template, ns: &str) -> bool {
-    t.vars()
-        .any(|(p, _)| p.first().map(String::as_str) == Some(ns))
 }

@@ -1,134 +1,9 @@
 //! Run records: one JSON file per run under `<root>/.heddle/runs/`, naming every instance's
 //! status, cache key, the reason it ran, durations, input and output hashes and environment.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use heddle_cache::OutputEntry;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Ok,
-    Failed,
-    Skipped,
-}
-
-/// What a downstream stage (and a user) learns about how an instance ended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StatusRecord {
-    pub label: String,
-    pub status: Status,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub exit_code: Option<i64>,
-    /// `AttributeError`, `Timeout`, `OutOfMemory`, `Interrupted`, `ExitCode`, …
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error_class: Option<String>,
-    /// One line: `AttributeError: 'function' object has no attribute …`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stderr_tail: Option<String>,
-    /// For a skipped instance: the failure upstream that skipped it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cause: Option<Cause>,
-    /// The failure was allowed (`allow_failure`), or the skip stems from an allowed failure.
-    #[serde(default)]
-    pub tolerated: bool,
-    #[serde(default)]
-    pub matrix: BTreeMap<String, Value>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Cause {
-    pub label: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct InstanceRecord {
-    pub stage: String,
-    /// A report stage: its Markdown outputs are the tables entries and reports embed.
-    #[serde(default)]
-    pub report: bool,
-    /// Labels of the instances it read from.
-    #[serde(default)]
-    pub deps: Vec<String>,
-    pub status: StatusRecord,
-    pub cached: bool,
-    /// Served by the shared (remote) cache: fetched, verified and stored locally in this run.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub remote: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cache_key: Option<String>,
-    /// Why it ran (or `cached`).
-    pub reason: String,
-    pub duration_ms: u64,
-    /// Wall-clock start and end, milliseconds since the run started.
-    pub start_ms: u64,
-    pub end_ms: u64,
-    pub attempts: u32,
-    pub inputs: BTreeMap<String, Value>,
-    pub outputs: BTreeMap<String, OutputEntry>,
-    /// Where the outputs were materialised, relative to the project root.
-    pub output_paths: BTreeMap<String, String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub env_identity: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub image: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub command: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub logs: Option<[String; 2]>,
-    /// What the stage reported about where it ran (`$HEDDLE_FACTS_FILE`), e.g. the device.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub facts: Option<Value>,
-    /// The expanded cache key, so a record says exactly what its key was made of.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key_parts: Option<Value>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RunStatus {
-    Completed,
-    Failed,
-    Interrupted,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunRecord {
-    pub run_id: String,
-    pub pipeline: String,
-    pub pipeline_file: String,
-    pub status: RunStatus,
-    pub started_unix_ms: u64,
-    pub duration_ms: u64,
-    pub heddle_version: String,
-    pub host: String,
-    pub params: BTreeMap<String, Value>,
-    pub jobs: usize,
-    /// Instance label → record, in plan order.
-    pub instances: Vec<(String, InstanceRecord)>,
-}
-
-impl RunRecord {
-    pub fn counts(&self) -> (usize, usize, usize, usize) {
-        let mut c = (0, 0, 0, 0);
-        for (_, r) in &self.instances {
-            match r.status.status {
-                Status::Ok if r.cached => c.1 += 1,
-                Status::Ok => c.0 += 1,
-                Status::Failed => c.2 += 1,
-                Status::Skipped => c.3 += 1,
-            }
-        }
-        c
-    }
-}
+pub use heddle_schema::{Cause, InstanceRecord, RunRecord, RunStatus, Status, StatusRecord};
 
 pub fn runs_dir(root: &Path) -> PathBuf {
     root.join(".heddle").join("runs")
@@ -166,37 +41,66 @@ pub fn list(root: &Path) -> Vec<String> {
     ids
 }
 
+/// Why a run record could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("run id `{id}` is ambiguous: {}", matches.join(", "))]
+    Ambiguous { id: String, matches: Vec<String> },
+    #[error("no runs recorded under {}", dir.display())]
+    NoRuns { dir: PathBuf },
+    #[error("no run `{id}` under {}", dir.display())]
+    NoSuchRun { id: String, dir: PathBuf },
+    #[error("failed to read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to parse {}", path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
 /// Load a run by id, unique id prefix, or `last`.
-pub fn load(root: &Path, id: &str) -> Result<RunRecord, String> {
+pub fn load(root: &Path, id: &str) -> Result<RunRecord, RecordError> {
     let ids = list(root);
     let pick = if id == "last" || id.is_empty() {
         ids.last().cloned()
     } else if ids.iter().any(|i| i == id) {
         Some(id.to_string())
     } else {
-        let m: Vec<_> = ids.iter().filter(|i| i.starts_with(id)).collect();
+        let m: Vec<String> = ids.iter().filter(|i| i.starts_with(id)).cloned().collect();
         match m.len() {
-            1 => Some(m[0].clone()),
             0 => None,
+            1 => m.into_iter().next(),
             _ => {
-                return Err(format!(
-                    "run id `{id}` is ambiguous: {}",
-                    m.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-                ))
+                return Err(RecordError::Ambiguous {
+                    id: id.to_string(),
+                    matches: m,
+                })
             }
         }
     };
     let Some(pick) = pick else {
+        let dir = runs_dir(root);
         return Err(if ids.is_empty() {
-            format!("no runs recorded under {}", runs_dir(root).display())
+            RecordError::NoRuns { dir }
         } else {
-            format!("no run `{id}` under {}", runs_dir(root).display())
+            RecordError::NoSuchRun {
+                id: id.to_string(),
+                dir,
+            }
         });
     };
     let path = runs_dir(root).join(format!("{pick}.json"));
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| format!("failed to read {}: {e}", path.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("failed to parse {}: {e}", path.display()))
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(source) => return Err(RecordError::Read { path, source }),
+    };
+    serde_json::from_str(&text).map_err(|source| RecordError::Parse { path, source })
 }
 
 pub fn new_run_id() -> String {

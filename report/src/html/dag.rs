@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use heddle_runner::record::{InstanceRecord, RunRecord};
+use heddle_schema::{InstanceRecord, RunRecord};
 
 use super::{esc, fill, status_class};
 

@@ -8,7 +8,7 @@
 
 use std::fmt::Write;
 
-use heddle_runner::record::RunRecord;
+use heddle_schema::RunRecord;
 
 use super::{esc, status_class};
 

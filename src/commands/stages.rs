@@ -10,19 +10,54 @@ use heddle_runner::model::{toml_to_json, value_text};
 use heddle_runner::spec::{self, StageDefSpec};
 use heddle_runner::stage_lib;
 
-use crate::cli::Fail;
+use clap::Subcommand;
+
+use crate::error::{Error, EXIT_OK};
+use crate::session::Session;
+
+#[derive(Subcommand, Debug)]
+pub enum StagesCmd {
+    /// Every definition: name, origin (project or library), first line of its description.
+    List,
+    /// One definition: params (type, default, description), inputs, outputs.
+    Show { name: String },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct InitArgs {
+    /// compile-onnx (any ONNX + images) or mezo-ort.
+    #[arg(long, default_value = "compile-onnx")]
+    example: String,
+    #[arg(default_value = ".")]
+    dir: PathBuf,
+}
+
+pub fn stages(s: &Session, cmd: &StagesCmd) -> Result<i32, Error> {
+    let root = s.project_root();
+    let out = match cmd {
+        StagesCmd::List => list(&root, &s.stage_lib())?,
+        StagesCmd::Show { name } => show(&root, name, &s.stage_lib())?,
+    };
+    print!("{out}");
+    Ok(EXIT_OK)
+}
+
+pub fn init(a: &InitArgs) -> Result<i32, Error> {
+    print!("{}", scaffold(&a.dir, &a.example)?);
+    Ok(EXIT_OK)
+}
 
 /// Examples `heddle init --example NAME` writes to `pipelines/NAME.toml`.
 const EXAMPLES: &[(&str, &str)] = &[
     (
         "compile-onnx",
-        include_str!("../pipelines/compile-onnx.toml"),
+        include_str!("../../pipelines/compile-onnx.toml"),
     ),
-    ("mezo-ort", include_str!("../pipelines/mezo-ort.toml")),
+    ("mezo-ort", include_str!("../../pipelines/mezo-ort.toml")),
 ];
 
 /// `heddle stages list`: project definitions first (they win), then the library's.
-pub fn list(root: &Path, lib_base: &Path) -> Result<String, Fail> {
+fn list(root: &Path, lib_base: &Path) -> Result<String, Error> {
     let mut names: Vec<(String, &str)> = Vec::new();
     project_defs(&root.join("stages"), "", &mut names);
     names.sort();
@@ -43,7 +78,7 @@ pub fn list(root: &Path, lib_base: &Path) -> Result<String, Fail> {
 }
 
 /// `heddle stages show NAME`: description, params (type, default, description), inputs, outputs.
-pub fn show(root: &Path, name: &str, lib_base: &Path) -> Result<String, Fail> {
+fn show(root: &Path, name: &str, lib_base: &Path) -> Result<String, Error> {
     let def = load(root, name, lib_base)?;
     let st = def.stage.get_ref();
     let mut out = format!("{name}\n");
@@ -89,11 +124,11 @@ pub fn show(root: &Path, name: &str, lib_base: &Path) -> Result<String, Fail> {
 
 /// `heddle init [--example NAME]` in `dir`: `.heddle/`, `.gitignore`, `pipelines/NAME.toml`.
 /// Never overwrites a file.
-pub fn init(dir: &Path, example: &str) -> Result<String, Fail> {
+fn scaffold(dir: &Path, example: &str) -> Result<String, Error> {
     let Some((_, text)) = EXAMPLES.iter().find(|(n, _)| *n == example) else {
         let known: Vec<&str> = EXAMPLES.iter().map(|(n, _)| *n).collect();
-        return Err(Fail::invalid(format!(
-            "error: no example `{example}` (examples: {})",
+        return Err(Error::Usage(format!(
+            "no example `{example}` (examples: {})",
             known.join(", ")
         )));
     };
@@ -101,13 +136,13 @@ pub fn init(dir: &Path, example: &str) -> Result<String, Fail> {
     let ignore = dir.join(".gitignore");
     for p in [&pipeline, &ignore] {
         if p.exists() {
-            return Err(Fail::invalid(format!(
-                "error: {} exists; heddle init writes only new files",
+            return Err(Error::Usage(format!(
+                "{} exists; heddle init writes only new files",
                 p.display()
             )));
         }
     }
-    let write = |p: &PathBuf, bytes: &str| -> Result<(), Fail> {
+    let write = |p: &PathBuf, bytes: &str| -> Result<(), Error> {
         if let Some(parent) = p.parent() {
             std::fs::create_dir_all(parent).map_err(|e| io_fail(parent, e))?;
         }
@@ -132,22 +167,27 @@ fn first_sentence(desc: &str) -> String {
     }
 }
 
-fn io_fail(p: &Path, e: std::io::Error) -> Fail {
-    Fail::invalid(format!("error: failed to write {}: {e}", p.display()))
+fn io_fail(p: &Path, source: std::io::Error) -> Error {
+    Error::Io {
+        op: "failed to write",
+        path: p.to_path_buf(),
+        source,
+    }
 }
 
-fn load(root: &Path, name: &str, lib_base: &Path) -> Result<StageDefSpec, Fail> {
-    let dir = stage_lib::locate(root, name, lib_base)
-        .map_err(|e| Fail::invalid(format!("error: {}", heddle_cache::error_chain(&e))))?
-        .ok_or_else(|| {
-            Fail::invalid(format!(
-                "error: no stage definition `{name}` (see `heddle stages list`)"
-            ))
-        })?;
+fn load(root: &Path, name: &str, lib_base: &Path) -> Result<StageDefSpec, Error> {
+    let dir = stage_lib::locate(root, name, lib_base)?.ok_or_else(|| {
+        Error::Usage(format!(
+            "no stage definition `{name}` (see `heddle stages list`)"
+        ))
+    })?;
     let file = dir.join("stage.toml");
-    let text = std::fs::read_to_string(&file)
-        .map_err(|e| Fail::invalid(format!("error: failed to read {}: {e}", file.display())))?;
-    spec::parse(&Source::new(&file, text)).map_err(|d| Fail::invalid(d.to_string()))
+    let text = std::fs::read_to_string(&file).map_err(|source| Error::Io {
+        op: "failed to read",
+        path: file.clone(),
+        source,
+    })?;
+    Ok(spec::parse(&Source::new(&file, text))?)
 }
 
 fn project_defs(dir: &Path, prefix: &str, out: &mut Vec<(String, &'static str)>) {

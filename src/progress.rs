@@ -1,15 +1,22 @@
-//! The reporter owns the terminal: an indicatif bar for the run (done / cached / failed of
+//! The progress display owns the terminal during a run: an indicatif bar for the run (done / cached / failed of
 //! total) with a line per running instance (elapsed time and its last log line), or plain
 //! line-per-event output when stdout is not a terminal or with `--progress plain`.
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use heddle_runner::record::Status;
 use heddle_runner::sched::Event;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::style::{self, Stream, Tone};
+
+/// A status word for stderr, where the display writes.
+fn paint(tone: Tone, word: &str) -> String {
+    style::paint(Stream::Stderr, tone, word)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ProgressMode {
@@ -29,56 +36,70 @@ pub struct Tally {
     pub skipped: usize,
 }
 
-pub async fn report(mode: ProgressMode, total: usize, mut rx: UnboundedReceiver<Event>) -> Tally {
+/// Render the scheduler's events until it closes the channel; returns what it counted.
+pub async fn display(mode: ProgressMode, total: usize, rx: UnboundedReceiver<Event>) -> Tally {
     let use_bar = match mode {
         ProgressMode::Bar => true,
         ProgressMode::Auto => std::io::IsTerminal::is_terminal(&std::io::stderr()),
         _ => false,
     };
-    let mut tally = Tally::default();
-    if !use_bar {
-        let quiet = mode == ProgressMode::Quiet;
-        let mut err = std::io::stderr();
-        while let Some(ev) = rx.recv().await {
-            if quiet {
-                count(&mut tally, &ev);
-                continue;
-            }
-            match &ev {
-                Event::Started { label, reason, .. } => {
-                    let _ = writeln!(err, "run     {label}  ({reason})");
-                }
-                Event::Finished {
-                    label,
-                    status,
-                    cached,
-                    duration_ms,
-                    error,
-                    ..
-                } => {
-                    let _ = match (status, cached) {
-                        (Status::Ok, true) => writeln!(err, "cached  {label}"),
-                        (Status::Ok, false) => {
-                            writeln!(err, "ok      {label}  {}", secs(*duration_ms))
-                        }
-                        (Status::Failed, _) => {
-                            writeln!(err, "FAILED  {label}  {}", error.as_deref().unwrap_or(""))
-                        }
-                        (Status::Skipped, _) => {
-                            writeln!(err, "skip    {label}  {}", error.as_deref().unwrap_or(""))
-                        }
-                    };
-                }
-                Event::Message(m) => {
-                    let _ = writeln!(err, "note    {m}");
-                }
-                Event::Line { .. } => {}
-            }
-            count(&mut tally, &ev);
-        }
-        return tally;
+    if use_bar {
+        bar(total, rx).await
+    } else {
+        lines(mode == ProgressMode::Quiet, rx).await
     }
+}
 
+/// A line per event (nothing but the count when quiet).
+async fn lines(quiet: bool, mut rx: UnboundedReceiver<Event>) -> Tally {
+    let mut tally = Tally::default();
+    let mut err = std::io::stderr();
+    while let Some(ev) = rx.recv().await {
+        count(&mut tally, &ev);
+        if quiet {
+            continue;
+        }
+        match &ev {
+            Event::Started { label, reason, .. } => {
+                let _ = writeln!(err, "run     {label}  ({reason})");
+            }
+            Event::Finished {
+                label,
+                status,
+                cached,
+                duration_ms,
+                error,
+                ..
+            } => {
+                let _ = match (status, cached) {
+                    (Status::Ok, true) => {
+                        writeln!(err, "{}  {label}", paint(Tone::Cached, "cached"))
+                    }
+                    (Status::Ok, false) => {
+                        let ok = paint(Tone::Ok, "ok");
+                        writeln!(err, "{ok}      {label}  {}", secs(*duration_ms))
+                    }
+                    (Status::Failed, _) => {
+                        let failed = paint(Tone::Failed, "FAILED");
+                        writeln!(err, "{failed}  {label}  {}", error.as_deref().unwrap_or(""))
+                    }
+                    (Status::Skipped, _) => {
+                        writeln!(err, "skip    {label}  {}", error.as_deref().unwrap_or(""))
+                    }
+                };
+            }
+            Event::Message(m) => {
+                let _ = writeln!(err, "note    {m}");
+            }
+            Event::Line { .. } => {}
+        }
+    }
+    tally
+}
+
+/// An indicatif bar for the run and a spinner per running instance with its last log line.
+async fn bar(total: usize, mut rx: UnboundedReceiver<Event>) -> Tally {
+    let mut tally = Tally::default();
     let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(10));
     let main = multi.add(ProgressBar::new(total as u64));
     main.set_style(
@@ -92,7 +113,7 @@ pub async fn report(mode: ProgressMode, total: usize, mut rx: UnboundedReceiver<
     let line_style =
         ProgressStyle::with_template("  {spinner} {prefix:.bold} {elapsed:>4} {wide_msg:.dim}")
             .expect("template");
-    let mut bars: BTreeMap<usize, (ProgressBar, Instant)> = BTreeMap::new();
+    let mut bars: BTreeMap<usize, ProgressBar> = BTreeMap::new();
     while let Some(ev) = rx.recv().await {
         match &ev {
             Event::Started { id, label, .. } => {
@@ -100,10 +121,10 @@ pub async fn report(mode: ProgressMode, total: usize, mut rx: UnboundedReceiver<
                 b.set_style(line_style.clone());
                 b.set_prefix(label.clone());
                 b.enable_steady_tick(Duration::from_millis(200));
-                bars.insert(*id, (b, Instant::now()));
+                bars.insert(*id, b);
             }
             Event::Line { id, line } => {
-                if let Some((b, _)) = bars.get(id) {
+                if let Some(b) = bars.get(id) {
                     b.set_message(line.chars().take(160).collect::<String>());
                 }
             }
@@ -114,19 +135,16 @@ pub async fn report(mode: ProgressMode, total: usize, mut rx: UnboundedReceiver<
                 error,
                 ..
             } => {
-                if let Some((b, _)) = bars.remove(id) {
+                if let Some(b) = bars.remove(id) {
                     b.finish_and_clear();
                     multi.remove(&b);
                 }
-                match status {
-                    Status::Failed => {
-                        let _ = multi.println(format!(
-                            "FAILED  {label}  {}",
-                            error.as_deref().unwrap_or("")
-                        ));
-                    }
-                    Status::Ok => {}
-                    Status::Skipped => {}
+                if *status == Status::Failed {
+                    let _ = multi.println(format!(
+                        "{}  {label}  {}",
+                        paint(Tone::Failed, "FAILED"),
+                        error.as_deref().unwrap_or("")
+                    ));
                 }
                 main.inc(1);
             }

@@ -1,0 +1,138 @@
+//! The run record's types: what `heddle run` writes to `<root>/.heddle/runs/<id>.json` and
+//! what every reader of those files (the binary, `heddle-report`, the lock writer) parses.
+//!
+//! They live in their own crate, apart from the engine that produces them, so that a reader
+//! needs neither tokio nor a Docker client to read a record (the way `nextest-metadata` and
+//! `cargo-util-schemas` hold their tools' formats). Writing, listing and loading the files
+//! stays in `heddle_runner::record`, which re-exports these types under their old paths.
+//!
+//! The only dependency besides serde is `heddle-cache`, for [`OutputEntry`] and its digest:
+//! the record names outputs exactly as the store does.
+
+use std::collections::BTreeMap;
+
+pub use heddle_cache::OutputEntry;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Failed,
+    Skipped,
+}
+
+/// What a downstream stage (and a user) learns about how an instance ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusRecord {
+    pub label: String,
+    pub status: Status,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+    /// `AttributeError`, `Timeout`, `OutOfMemory`, `Interrupted`, `ExitCode`, …
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_class: Option<String>,
+    /// One line: `AttributeError: 'function' object has no attribute …`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr_tail: Option<String>,
+    /// For a skipped instance: the failure upstream that skipped it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
+    /// The failure was allowed (`allow_failure`), or the skip stems from an allowed failure.
+    #[serde(default)]
+    pub tolerated: bool,
+    #[serde(default)]
+    pub matrix: BTreeMap<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cause {
+    pub label: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InstanceRecord {
+    pub stage: String,
+    /// A report stage: its Markdown outputs are the tables entries and reports embed.
+    #[serde(default)]
+    pub report: bool,
+    /// Labels of the instances it read from.
+    #[serde(default)]
+    pub deps: Vec<String>,
+    pub status: StatusRecord,
+    pub cached: bool,
+    /// Served by the shared (remote) cache: fetched, verified and stored locally in this run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub remote: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_key: Option<String>,
+    /// Why it ran (or `cached`).
+    pub reason: String,
+    pub duration_ms: u64,
+    /// Wall-clock start and end, milliseconds since the run started.
+    pub start_ms: u64,
+    pub end_ms: u64,
+    pub attempts: u32,
+    pub inputs: BTreeMap<String, Value>,
+    pub outputs: BTreeMap<String, OutputEntry>,
+    /// Where the outputs were materialised, relative to the project root.
+    pub output_paths: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env_identity: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logs: Option<[String; 2]>,
+    /// What the stage reported about where it ran (`$HEDDLE_FACTS_FILE`), e.g. the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facts: Option<Value>,
+    /// The expanded cache key, so a record says exactly what its key was made of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_parts: Option<Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    Completed,
+    Failed,
+    Interrupted,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub pipeline: String,
+    pub pipeline_file: String,
+    pub status: RunStatus,
+    pub started_unix_ms: u64,
+    pub duration_ms: u64,
+    pub heddle_version: String,
+    pub host: String,
+    pub params: BTreeMap<String, Value>,
+    pub jobs: usize,
+    /// Instance label → record, in plan order.
+    pub instances: Vec<(String, InstanceRecord)>,
+}
+
+impl RunRecord {
+    pub fn counts(&self) -> (usize, usize, usize, usize) {
+        let mut c = (0, 0, 0, 0);
+        for (_, r) in &self.instances {
+            match r.status.status {
+                Status::Ok if r.cached => c.1 += 1,
+                Status::Ok => c.0 += 1,
+                Status::Failed => c.2 += 1,
+                Status::Skipped => c.3 += 1,
+            }
+        }
+        c
+    }
+}

@@ -1,0 +1,213 @@
+//! `heddle cache du | gc | verify`: the store's space per stage, eviction of what recent runs
+//! and lock files do not reference, and a re-hash of every blob.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Subcommand;
+use heddle_cache::{Digest, Store};
+use heddle_runner::lock::LockFile;
+use heddle_runner::record;
+
+use crate::error::{Error, EXIT_OK, EXIT_STAGE_FAILED};
+use crate::session::Session;
+
+#[derive(Subcommand, Debug)]
+pub enum CacheCmd {
+    /// Space used, per pipeline stage.
+    Du,
+    /// Evict what recent runs do not reference, cheapest to recompute per byte first.
+    Gc {
+        /// Evict until the store is at most this size (e.g. 20G); default: evict everything unreferenced.
+        #[arg(long)]
+        max_size: Option<String>,
+        /// How many recent runs of this project to keep.
+        #[arg(long, default_value_t = 10)]
+        keep_runs: usize,
+    },
+    /// Re-hash every blob and report every bad entry.
+    Verify,
+    /// Upload to the shared cache what a run (default: the last) or a lock file references.
+    Push {
+        /// A run id, a unique prefix, or `last`.
+        #[arg(conflicts_with = "lock")]
+        run: Option<String>,
+        /// A lock file whose instances to upload.
+        #[arg(long, value_name = "FILE")]
+        lock: Option<PathBuf>,
+    },
+}
+
+pub async fn cache(s: &Session, cmd: &CacheCmd) -> Result<i32, Error> {
+    let store = s.open_store()?;
+    match cmd {
+        CacheCmd::Du => du(&store),
+        CacheCmd::Verify => verify(&store),
+        CacheCmd::Push { run, lock } => push(s, store, run.as_deref(), lock.as_deref()).await,
+        CacheCmd::Gc {
+            max_size,
+            keep_runs,
+        } => gc(s, &store, max_size.as_deref(), *keep_runs),
+    }
+}
+
+fn du(store: &Store) -> Result<i32, Error> {
+    let du = store.du()?;
+    println!(
+        "{}: {} in {} blobs, {} actions",
+        store.root().display(),
+        human(du.blob_bytes),
+        du.blob_count,
+        du.action_count
+    );
+    for (fam, u) in &du.families {
+        println!(
+            "  {fam:<40} {:>10}  {} actions",
+            human(u.output_bytes),
+            u.actions
+        );
+    }
+    Ok(EXIT_OK)
+}
+
+fn verify(store: &Store) -> Result<i32, Error> {
+    let r = store.verify()?;
+    println!(
+        "checked {} blobs ({}), {} actions",
+        r.blobs_checked,
+        human(r.bytes_checked),
+        r.actions_checked
+    );
+    if !r.tmp_removed.is_empty() {
+        println!("removed {} leftover temp files", r.tmp_removed.len());
+    }
+    for b in &r.bad {
+        println!("BAD {b:?}");
+    }
+    if r.is_clean() {
+        println!("cache is clean");
+        Ok(EXIT_OK)
+    } else {
+        println!(
+            "{} bad entries (removed; they will be recomputed)",
+            r.bad.len()
+        );
+        Ok(EXIT_STAGE_FAILED)
+    }
+}
+
+fn gc(s: &Session, store: &Store, max_size: Option<&str>, keep_runs: usize) -> Result<i32, Error> {
+    let max = match max_size {
+        Some(m) => Some(
+            heddle_containers::parse_size(m)
+                .map_err(|e| Error::Usage(format!("--max-size {m}: {e}")))?,
+        ),
+        None => None,
+    };
+    let root = s.project_root();
+    let mut keep: HashSet<Digest> = HashSet::new();
+    let ids = record::list(&root);
+    for id in ids.iter().rev().take(keep_runs) {
+        if let Ok(r) = record::load(&root, id) {
+            for (_, i) in &r.instances {
+                if let Some(k) = i.cache_key.as_deref().and_then(|k| k.parse().ok()) {
+                    keep.insert(k);
+                }
+            }
+        }
+    }
+    keep.extend(lock_keys(&root));
+    let r = store.gc(&keep, max)?;
+    println!(
+        "kept {} referenced actions; evicted {} actions, removed {} blobs, freed {}; {} remain",
+        keep.len(),
+        r.evicted.len(),
+        r.blobs_removed,
+        human(r.bytes_freed),
+        human(r.bytes_remaining)
+    );
+    Ok(EXIT_OK)
+}
+
+/// Cache keys named by the lock files `<root>/pipelines/*.lock`, read with the lock reader.
+/// A lock file that does not read is reported and its keys are not kept.
+fn lock_keys(root: &Path) -> Vec<Digest> {
+    let mut out = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(root.join("pipelines"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "lock"))
+        .collect();
+    files.sort();
+    for path in files {
+        match LockFile::read(&path) {
+            Ok(lock) => out.extend(
+                lock.instances
+                    .iter()
+                    .filter_map(|i| i.cache_key.parse::<Digest>().ok()),
+            ),
+            Err(e) => eprintln!(
+                "warning: {}; the entries it names may be evicted",
+                heddle_cache::error_chain(&e)
+            ),
+        }
+    }
+    out
+}
+
+/// Bytes in binary units, one decimal: `512 B`, `1.5 KiB`, `20.0 GiB`.
+fn human(b: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < U.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
+}
+
+/// `heddle cache push [RUN | --lock FILE]`: the actions a run or a lock file names, blobs
+/// first and each entry last, so a colleague's run finds them whole.
+async fn push(
+    s: &Session,
+    store: Arc<Store>,
+    run: Option<&str>,
+    lock: Option<&Path>,
+) -> Result<i32, Error> {
+    let root = s.project_root();
+    let remote = s.open_remote(&root, store.clone())?.ok_or(Error::NoRemote)?;
+    let keys: Vec<Digest> = match lock {
+        Some(path) => LockFile::read(path)?
+            .instances
+            .iter()
+            .filter_map(|i| i.cache_key.parse().ok())
+            .collect(),
+        None => record::load(&root, run.unwrap_or("last"))?
+            .instances
+            .iter()
+            .filter_map(|(_, i)| i.cache_key.as_deref().and_then(|k| k.parse().ok()))
+            .collect(),
+    };
+    let summary = crate::remote_cache::push_keys(remote.as_ref(), &store, &keys)
+        .await
+        .map_err(|source| Error::Push {
+            remote: remote.describe(),
+            source,
+        })?;
+    println!("pushed {} actions to {}", summary.pushed, remote.describe());
+    if !summary.missing_locally.is_empty() {
+        println!(
+            "{} referenced actions are not in the local cache (not pushed)",
+            summary.missing_locally.len()
+        );
+    }
+    Ok(EXIT_OK)
+}

@@ -1,0 +1,131 @@
+//! `heddle lock` (write the lock file from the cache) and `heddle status` (compare the
+//! pipeline as it stands with its lock file): the two commands about the lock file.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use heddle_runner::host_pool::{self, UnitHolder};
+use heddle_runner::lock::{self, LockFile};
+use heddle_runner::sched::{self, PlanRow, RunOptions};
+
+use crate::error::{Error, EXIT_OK, EXIT_STAGE_FAILED};
+use crate::session::{display_rel, PipelineArgs, Session};
+
+#[derive(clap::Args, Debug)]
+pub struct LockArgs {
+    #[command(flatten)]
+    p: PipelineArgs,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    p: PipelineArgs,
+    /// Exit 1 when anything differs from the lock.
+    #[arg(long)]
+    check: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn lock(s: &Session, a: &LockArgs) -> Result<i32, Error> {
+    let (plan, ctx) = s.prepared(&a.p).await?;
+    let history = sched::CacheHistory::new(&ctx.store);
+    let rows = sched::preview(&ctx, &RunOptions::default(), &history, true);
+    let missing: Vec<String> = rows
+        .iter()
+        .filter(|r| !r.cached)
+        .map(|r| r.label.clone())
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::NotCached(missing));
+    }
+    let path = lock::lock_path(&plan.pipeline.file);
+    LockFile::from_rows(&plan, &ctx.images, &rows).write(&path)?;
+    println!("wrote {}", display_rel(&path));
+    Ok(EXIT_OK)
+}
+
+/// What `status` found: the rows against the lock, and the locked instances now gone.
+struct Comparison<'a> {
+    rows: Vec<PlanRow>,
+    removed: Vec<&'a str>,
+    changed: usize,
+}
+
+pub async fn status(s: &Session, a: &StatusArgs) -> Result<i32, Error> {
+    let (plan, ctx) = s.prepared(&a.p).await?;
+    let path = lock::lock_path(&plan.pipeline.file);
+    let lockfile = LockFile::read(&path).map_err(Error::NoLock)?;
+    let rows = sched::preview(&ctx, &RunOptions::default(), &lockfile, false);
+    let labels: BTreeSet<&str> = rows.iter().map(|r| r.label.as_str()).collect();
+    let removed: Vec<&str> = lockfile
+        .instances
+        .iter()
+        .map(|i| i.label.as_str())
+        .filter(|l| !labels.contains(l))
+        .collect();
+    let changed = rows.iter().filter(|r| !r.cached).count();
+    let cmp = Comparison {
+        rows,
+        removed,
+        changed,
+    };
+    let held: Vec<UnitHolder> = host_pool::holders(&host_pool::lock_dir())
+        .into_iter()
+        .filter(|h| plan.pipeline.host_pools.contains(&h.pool))
+        .collect();
+    if a.json {
+        print_json(&path, &cmp, &held);
+    } else {
+        print_text(&path, &cmp, &held);
+    }
+    Ok(if a.check && (cmp.changed > 0 || !cmp.removed.is_empty()) {
+        EXIT_STAGE_FAILED
+    } else {
+        EXIT_OK
+    })
+}
+
+fn print_json(path: &Path, cmp: &Comparison, held: &[UnitHolder]) {
+    let held: Vec<_> = held
+        .iter()
+        .map(|h| serde_json::json!({"pool": h.pool, "unit": h.unit, "pid": h.pid, "run": h.run_id, "instance": h.instance, "since_unix": h.since_unix}))
+        .collect();
+    let v = serde_json::json!({"lock": path, "instances": cmp.rows, "removed": cmp.removed, "host_units_held": held});
+    println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+}
+
+fn print_text(path: &Path, cmp: &Comparison, held: &[UnitHolder]) {
+    for h in held {
+        println!(
+            "held     {}#{} by pid {}, run {} ({}), since {}",
+            h.pool,
+            h.unit,
+            h.pid.map_or("?".into(), |p| p.to_string()),
+            h.run_id,
+            h.instance,
+            h.since_unix.map_or("?".into(), |t| format!("unix {t}")),
+        );
+    }
+    let rows = &cmp.rows;
+    let width = rows.iter().map(|r| r.label.len()).max().unwrap_or(0);
+    for r in rows {
+        if r.cached {
+            println!("same     {:width$}", r.label);
+        } else {
+            println!("changed  {:width$}  {}", r.label, r.reason);
+        }
+    }
+    for l in &cmp.removed {
+        println!("removed  {l}");
+    }
+    println!(
+        "{} instances against {}: {} as locked, {} changed, {} removed",
+        rows.len(),
+        display_rel(path),
+        rows.len() - cmp.changed,
+        cmp.changed,
+        cmp.removed.len()
+    );
+}

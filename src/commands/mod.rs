@@ -1,0 +1,15 @@
+//! One module per command (or family of commands): each defines its clap arguments and a
+//! function that runs it against a [`crate::session::Session`] and returns the exit code.
+
+pub mod cache;
+pub mod dag;
+pub mod gc;
+pub mod lock;
+pub mod logbook;
+pub mod plan;
+pub mod report;
+pub mod run;
+pub mod runs;
+pub mod shell;
+pub mod stages;
+mod verify;

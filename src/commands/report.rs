@@ -1,0 +1,35 @@
+//! `heddle report`: one run as a self-contained HTML page (DAG, timeline, tables, plots).
+
+use std::path::PathBuf;
+
+use heddle_report::html;
+use heddle_runner::record;
+
+use crate::artefacts::{plots, tables, write_file};
+use crate::error::{Error, EXIT_OK};
+use crate::session::Session;
+
+#[derive(clap::Args, Debug)]
+pub struct ReportArgs {
+    #[arg(default_value = "last")]
+    run: String,
+    #[arg(short, long, default_value = "report.html")]
+    output: PathBuf,
+}
+
+pub fn report(s: &Session, a: &ReportArgs) -> Result<i32, Error> {
+    let root = s.project_root();
+    let rec = record::load(&root, &a.run)?;
+    let store = s.open_store()?;
+    let t = tables(&store, &root, &rec);
+    let p = plots(&store, &root, &rec)?;
+    let page = html::render(&rec, &t, &p).map_err(Error::DrawReport)?;
+    write_file(&a.output, page)?;
+    println!(
+        "wrote {} ({} tables, {} plots)",
+        a.output.display(),
+        t.len(),
+        p.len()
+    );
+    Ok(EXIT_OK)
+}

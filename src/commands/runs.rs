@@ -1,0 +1,110 @@
+//! `heddle runs` (the recorded runs, one line each) and `heddle show` (one run, an instance a
+//! line): reading run records back.
+
+use heddle_runner::record::{self, InstanceRecord, RunRecord, Status};
+
+use crate::error::{Error, EXIT_OK};
+use crate::progress::secs;
+use crate::session::{display_rel, Session};
+use crate::style::{paint, Stream, Tone};
+
+#[derive(clap::Args, Debug)]
+pub struct RunsArgs {
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ShowArgs {
+    #[arg(default_value = "last")]
+    run: String,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn runs(s: &Session, a: &RunsArgs) -> Result<i32, Error> {
+    let root = s.project_root();
+    let rows: Vec<RunRecord> = record::list(&root)
+        .iter()
+        .filter_map(|id| record::load(&root, id).ok())
+        .collect();
+    if a.json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                let (ran, cached, failed, skipped) = r.counts();
+                serde_json::json!({"run_id": r.run_id, "pipeline": r.pipeline, "status": r.status, "duration_ms": r.duration_ms, "ran": ran, "cached": cached, "failed": failed, "skipped": skipped})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+    } else if rows.is_empty() {
+        println!(
+            "no runs recorded under {}",
+            display_rel(&record::runs_dir(&root))
+        );
+    } else {
+        for r in &rows {
+            let (ran, cached, failed, skipped) = r.counts();
+            println!(
+                "{}  {:<11} {:<16} {:>7}  ran {ran} cached {cached} failed {failed} skipped {skipped}",
+                r.run_id,
+                format!("{:?}", r.status).to_lowercase(),
+                r.pipeline,
+                secs(r.duration_ms)
+            );
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+pub fn show(s: &Session, a: &ShowArgs) -> Result<i32, Error> {
+    let r = record::load(&s.project_root(), &a.run)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r).expect("json"));
+        return Ok(EXIT_OK);
+    }
+    let (ran, cached, failed, skipped) = r.counts();
+    println!(
+        "run {}  pipeline {}  {:?}  {}",
+        r.run_id,
+        r.pipeline,
+        r.status,
+        secs(r.duration_ms)
+    );
+    println!("ran {ran}, cached {cached}, failed {failed}, skipped {skipped}");
+    let width = r.instances.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
+    for (label, i) in &r.instances {
+        let why = if i.cached || i.status.status == Status::Skipped {
+            String::new()
+        } else {
+            format!("  [{}]", i.reason)
+        };
+        println!("  {label:width$}  {}{why}", state(i));
+    }
+    Ok(EXIT_OK)
+}
+
+/// How an instance ended, as `show` prints it.
+fn state(i: &InstanceRecord) -> String {
+    match (i.status.status, i.cached) {
+        (Status::Ok, true) => paint(Stream::Stdout, Tone::Cached, "cached"),
+        (Status::Ok, false) => format!(
+            "{} {}",
+            paint(Stream::Stdout, Tone::Ok, "ok"),
+            secs(i.duration_ms)
+        ),
+        (Status::Failed, _) => format!(
+            "{} {}",
+            paint(Stream::Stdout, Tone::Failed, "FAILED"),
+            i.status.error.as_deref().unwrap_or("")
+        ),
+        (Status::Skipped, _) => format!(
+            "skipped ({})",
+            i.status
+                .cause
+                .as_ref()
+                .map(|c| c.label.as_str())
+                .unwrap_or("")
+        ),
+    }
+}

@@ -1,0 +1,190 @@
+//! `heddle logbook verify`: rerun what an entry names (from the cache, or re-executed in a
+//! private cache) and judge every number of its tables and every failure it recorded.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use heddle_cache::Store;
+use heddle_report::compare::{compare_blocks, Rule, Tolerance};
+use heddle_report::entry::{self, Block, Table};
+use heddle_runner::record::{self, RunRecord};
+
+use super::logbook::{overrides, pipeline_file, read_entry, rerun_options, Rerun};
+use crate::artefacts::tables;
+use crate::error::{Error, EXIT_OK, EXIT_STAGE_FAILED};
+use crate::session;
+
+pub struct VerifyOptions {
+    pub fresh: bool,
+    pub runs: usize,
+    /// A tolerance given on the command line; it overrides what the entry states or prints.
+    pub tol: Option<Tolerance>,
+}
+
+/// Values judged so far, over every rerun.
+#[derive(Default)]
+struct Verdicts {
+    good: usize,
+    bad: usize,
+    /// Numbers the rerun produced that the entry did not record.
+    unrecorded: usize,
+}
+
+/// The rule a block's numbers are judged by: the command line's tolerance, else the one the
+/// block states, else the digits the entry printed.
+fn rule_for(b: &Block, cli: Option<Tolerance>, path: &Path) -> Result<Rule, Error> {
+    if let Some(t) = cli {
+        return Ok(Rule::Stated(t));
+    }
+    let stated = b.stated_tolerance().map_err(|source| Error::BadEntry {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(stated.map_or(Rule::Printed, Rule::Stated))
+}
+
+pub async fn verify(entry_path: &Path, rr: &Rerun<'_>, opts: &VerifyOptions) -> Result<i32, Error> {
+    let e = read_entry(entry_path)?;
+    let (named, file) = pipeline_file(&e, rr.root)?;
+    let sets = overrides(&e)?;
+    let rules = e
+        .blocks()
+        .map(|b| rule_for(b, opts.tol, entry_path))
+        .collect::<Result<Vec<_>, _>>()?;
+    let runs = opts.runs.max(1);
+    let mut v = Verdicts::default();
+    for n in 1..=runs {
+        // A fresh rerun gets a private store, removed when the rerun is judged.
+        let private = match opts.fresh {
+            true => Some(tempfile::tempdir().map_err(|source| Error::Io {
+                op: "cannot create a private cache in",
+                path: std::env::temp_dir(),
+                source,
+            })?),
+            false => None,
+        };
+        let store = match &private {
+            Some(d) => Arc::new(Store::open(d.path()).map_err(|source| Error::OpenCache {
+                dir: d.path().to_path_buf(),
+                source,
+            })?),
+            None => rr.store.clone(),
+        };
+        println!(
+            "== verify {} run {n}/{runs}{}",
+            entry_path.display(),
+            if opts.fresh {
+                " (fresh: every instance re-executed in a private cache)"
+            } else {
+                " (from the cache)"
+            }
+        );
+        let rec = session::rerun(
+            &file,
+            &sets,
+            store.clone(),
+            Some(rr.store.clone()),
+            rerun_options(opts.fresh),
+            rr.progress,
+        )
+        .await
+        .map_err(|source| Error::CannotVerify {
+            entry: entry_path.to_path_buf(),
+            pipeline_file: named.clone(),
+            source: Box::new(source),
+        })?;
+        let _ = record::save(rr.root, &rec);
+        let tables = tables(&store, rr.root, &rec);
+        for (b, rule) in e.blocks().zip(&rules) {
+            match b.kind.as_str() {
+                "table" => judge_table(b, *rule, &tables, n == 1, &mut v),
+                "failures" => judge_failures(b, &rec, &mut v),
+                _ => {}
+            }
+        }
+    }
+    println!(
+        "verify: {} values reproduced, {} differ{}{}",
+        v.good,
+        v.bad,
+        if v.unrecorded > 0 {
+            format!(", {} not recorded in the entry", v.unrecorded)
+        } else {
+            String::new()
+        },
+        if v.bad == 0 && v.unrecorded == 0 {
+            " — the entry reproduces"
+        } else {
+            ""
+        }
+    );
+    Ok(if v.bad == 0 {
+        EXIT_OK
+    } else {
+        EXIT_STAGE_FAILED
+    })
+}
+
+/// Every number of a table block against the same table of the rerun.
+fn judge_table(b: &Block, rule: Rule, tables: &[Table], first: bool, v: &mut Verdicts) {
+    let src = b.src().unwrap_or("");
+    if first {
+        println!("table {src}: numbers must agree {rule}");
+    }
+    let Some(t) = tables.iter().find(|t| t.src == src) else {
+        v.bad += 1;
+        println!("DIFF  table {src}: not produced by this run");
+        return;
+    };
+    for c in compare_blocks(&b.body, &t.markdown, rule) {
+        if !c.recorded {
+            v.unrecorded += 1;
+            println!(
+                "new   {src} {}: now {} (the entry did not record it)",
+                c.place, c.now
+            );
+        } else if c.ok {
+            v.good += 1;
+            println!("ok    {src} {}: {} | {}", c.place, c.entry, c.now);
+        } else {
+            v.bad += 1;
+            let allowed = c
+                .allowed
+                .map(|a| format!(" (allowed {a})"))
+                .unwrap_or_default();
+            println!(
+                "DIFF  {src} {}: entry {} | now {}{allowed}",
+                c.place, c.entry, c.now
+            );
+        }
+    }
+}
+
+/// The failures an entry recorded against the rerun's: each must fail the same way, and
+/// nothing else may fail.
+fn judge_failures(b: &Block, rec: &RunRecord, v: &mut Verdicts) {
+    let was = entry::parse_failures(&b.body);
+    let now = entry::parse_failures(&entry::failures_block(rec));
+    for (label, (state, class)) in &was {
+        match now.get(label) {
+            Some((s2, c2)) if s2 == state && c2 == class => {
+                v.good += 1;
+                println!("ok    failure {label}: {state} {class} reproduced");
+            }
+            Some((s2, c2)) => {
+                v.bad += 1;
+                println!("DIFF  failure {label}: entry {state} {class} | now {s2} {c2}");
+            }
+            None => {
+                v.bad += 1;
+                println!("DIFF  failure {label}: entry {state} {class} | now it succeeds");
+            }
+        }
+    }
+    for (label, (state, class)) in &now {
+        if !was.contains_key(label) {
+            v.bad += 1;
+            println!("DIFF  failure {label}: entry ok | now {state} {class}");
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! What every command shares: where the cache and the project are, and the four steps from a
+//! pipeline file to a run record (load, prepare, execute, rerun). Commands call these and
+//! never each other, so `run`, `plan`, `status` and the logbook's reruns take one path.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use heddle_cache::{StatCache, Store};
+use heddle_runner::model::{self, LoadOptions};
+use heddle_runner::out_lock::OutLock;
+use heddle_runner::plan::{self, Plan};
+use heddle_runner::prepare::{prepare, PrepareOptions};
+use heddle_runner::record::RunRecord;
+use heddle_runner::sched::{self, RunOptions};
+
+use heddle_runner::shared_cache::SharedCache;
+
+use crate::error::Error;
+use crate::remote_cache::RemoteFlags;
+use crate::progress::{self, ProgressMode};
+
+/// The pipeline a command works on, as given on its command line.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PipelineArgs {
+    /// The pipeline file (default: ./heddle.toml, or the only file in ./pipelines/).
+    pipeline: Option<PathBuf>,
+    /// Override a param: --set name=value (repeatable).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    set: Vec<String>,
+}
+
+/// The global options, resolved once: the cache directory and the project root.
+pub struct Session {
+    cache_dir: PathBuf,
+    root: Option<PathBuf>,
+    remote: RemoteFlags,
+}
+
+impl Session {
+    pub fn new(cache_dir: Option<PathBuf>, root: Option<PathBuf>, remote: RemoteFlags) -> Session {
+        Session {
+            cache_dir: cache_dir.unwrap_or_else(default_cache_dir),
+            root,
+            remote,
+        }
+    }
+
+    /// The shared cache configured for `project_root` (flags, environment, config files), if
+    /// any. A configuration that cannot work is an error; a remote that is down is not (it
+    /// shows on first use, and the run goes on locally).
+    pub fn open_remote(
+        &self,
+        project_root: &Path,
+        store: Arc<Store>,
+    ) -> Result<Option<Arc<dyn SharedCache>>, Error> {
+        Ok(crate::remote_cache::open(project_root, &self.remote, store)?)
+    }
+
+    /// Where `uses` finds heddle's own stage library, extracted from the binary.
+    pub fn stage_lib(&self) -> PathBuf {
+        self.cache_dir.join("stage-lib")
+    }
+
+    /// `--root`, else the nearest folder at or above the working directory with `.heddle/`,
+    /// else the working directory.
+    pub fn project_root(&self) -> PathBuf {
+        if let Some(r) = &self.root {
+            return r.clone();
+        }
+        let cwd = std::env::current_dir().unwrap_or_default();
+        let mut dir = Some(cwd.as_path());
+        while let Some(d) = dir {
+            if d.join(".heddle").is_dir() {
+                return d.to_path_buf();
+            }
+            dir = d.parent();
+        }
+        cwd
+    }
+
+    pub fn open_store(&self) -> Result<Arc<Store>, Error> {
+        Store::open(&self.cache_dir)
+            .map(Arc::new)
+            .map_err(|source| Error::OpenCache {
+                dir: self.cache_dir.clone(),
+                source,
+            })
+    }
+
+    /// Load and plan the pipeline the arguments name.
+    pub fn load_plan(&self, p: &PipelineArgs) -> Result<Plan, Error> {
+        let file = find_pipeline(&p.pipeline)?;
+        let mut overrides = Vec::new();
+        for s in &p.set {
+            let (k, v) = s
+                .split_once('=')
+                .ok_or_else(|| Error::Usage(format!("--set {s}: expected NAME=VALUE")))?;
+            overrides.push((k.trim().to_string(), v.to_string()));
+        }
+        let pipeline = model::load(
+            &file,
+            &LoadOptions {
+                overrides,
+                root: self.root.clone(),
+                stage_lib: Some(self.stage_lib()),
+            },
+        )?;
+        Ok(plan::build(Arc::new(pipeline))?)
+    }
+
+    /// Load, plan and prepare without running or provisioning (plan, status, lock): never
+    /// pulls, and reports images it cannot resolve per instance.
+    pub async fn prepared(&self, p: &PipelineArgs) -> Result<(Arc<Plan>, sched::Context), Error> {
+        let plan = Arc::new(self.load_plan(p)?);
+        let store = self.open_store()?;
+        let stats = stat_cache(&plan);
+        let opts = PrepareOptions {
+            provision_envs: false,
+            resolve_images: true,
+            strict_images: false,
+            env_store: None,
+        };
+        let ctx = prepare(plan.clone(), store, stats.clone(), opts, &|_| {}).await?;
+        // Hashes learnt while planning spare the next command the reads.
+        let _ = stats.save();
+        Ok((plan, ctx))
+    }
+}
+
+/// `$XDG_CACHE_HOME/heddle`, `%LOCALAPPDATA%\heddle` on Windows, else `~/.cache/heddle`.
+fn default_cache_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|x| !x.is_empty()) {
+        return PathBuf::from(x).join("heddle");
+    }
+    if cfg!(windows) {
+        if let Some(l) = std::env::var_os("LOCALAPPDATA") {
+            return PathBuf::from(l).join("heddle");
+        }
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => PathBuf::from(h).join(".cache").join("heddle"),
+        None => PathBuf::from(".heddle-cache"),
+    }
+}
+
+/// The pipeline given, else `./heddle.toml`, else the only `./pipelines/*.toml`.
+fn find_pipeline(given: &Option<PathBuf>) -> Result<PathBuf, Error> {
+    if let Some(p) = given {
+        return Ok(p.clone());
+    }
+    if Path::new("heddle.toml").is_file() {
+        return Ok("heddle.toml".into());
+    }
+    let found: Vec<PathBuf> = std::fs::read_dir("pipelines")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    match found.len() {
+        1 => Ok(found[0].clone()),
+        0 => Err(Error::Usage(
+            "no pipeline given, and neither ./heddle.toml nor ./pipelines/*.toml exists".into(),
+        )),
+        _ => {
+            let mut names: Vec<String> = found.iter().map(|p| p.display().to_string()).collect();
+            names.sort();
+            Err(Error::Usage(format!(
+                "several pipelines; name one of: {}",
+                names.join(", ")
+            )))
+        }
+    }
+}
+
+fn stat_cache(plan: &Plan) -> Arc<StatCache> {
+    Arc::new(StatCache::load(
+        &plan.pipeline.root.join(".heddle").join("stat-cache"),
+    ))
+}
+
+/// Load, plan and run a pipeline with `--set` overrides (for the logbook's reruns).
+pub async fn rerun(
+    file: &Path,
+    sets: &[(String, String)],
+    store: Arc<Store>,
+    env_store: Option<Arc<Store>>,
+    opts: RunOptions,
+    progress: ProgressMode,
+) -> Result<RunRecord, Error> {
+    let pipeline = model::load(
+        file,
+        &LoadOptions {
+            overrides: sets.to_vec(),
+            root: None,
+            stage_lib: Some(store.root().join("stage-lib")),
+        },
+    )?;
+    let plan = Arc::new(plan::build(Arc::new(pipeline))?);
+    execute(plan, store, env_store, opts, progress).await
+}
+
+/// Prepare and walk a plan, rendering progress; returns the run record (not yet saved).
+pub async fn execute(
+    plan: Arc<Plan>,
+    store: Arc<Store>,
+    env_store: Option<Arc<Store>>,
+    opts: RunOptions,
+    progress: ProgressMode,
+) -> Result<RunRecord, Error> {
+    let stats = stat_cache(&plan);
+    let quiet = progress == ProgressMode::Quiet;
+    let log = move |m: &str| {
+        if !quiet {
+            eprintln!("note    {m}");
+        }
+    };
+    let _out_lock = lock_out(&plan, &opts.run_id, &log).await?;
+    let ctx = prepare(
+        plan.clone(),
+        store,
+        stats,
+        PrepareOptions {
+            provision_envs: true,
+            resolve_images: true,
+            strict_images: true,
+            env_store,
+        },
+        &log,
+    )
+    .await?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let reporter = tokio::spawn(progress::display(progress, plan.instances.len(), rx));
+    let rec = sched::run(ctx, opts, tx).await;
+    let _ = reporter.await;
+    Ok(rec)
+}
+
+/// Hold the pipeline's `out/` for this run ([`heddle_runner::out_lock`]), waiting for a run of
+/// the same pipeline in another process to finish first.
+async fn lock_out(plan: &Plan, run_id: &str, log: &dyn Fn(&str)) -> Result<OutLock, Error> {
+    let root = plan.pipeline.root.clone();
+    let name = plan.pipeline.name.clone();
+    match OutLock::try_acquire(&root, &name, run_id)? {
+        Ok(lock) => Ok(lock),
+        Err(holder) => {
+            log(&format!(
+                "waiting for another run of `{name}` to finish with {} (pid {}, run {})",
+                display_rel(&sched::output_dir(plan, "")),
+                holder.pid.map_or("?".into(), |p| p.to_string()),
+                holder.run_id.as_deref().unwrap_or("?"),
+            ));
+            let run_id = run_id.to_string();
+            let lock = tokio::task::spawn_blocking(move || OutLock::acquire(&root, &name, &run_id))
+                .await
+                .map_err(Error::Task)??;
+            Ok(lock)
+        }
+    }
+}
+
+/// A path relative to the working directory when it is under it (shorter to read and copy).
+pub fn display_rel(p: &Path) -> String {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    p.strip_prefix(&cwd).unwrap_or(p).display().to_string()
+}
+
+/// As many jobs as the machine has cores.
+pub fn default_jobs() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+}
