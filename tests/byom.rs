@@ -167,12 +167,14 @@ fn foreign_model_from_an_empty_folder() {
             "pipelines"
         ]
     );
-    assert_eq!(
-        std::fs::read_dir(project.join("pipelines"))
-            .unwrap()
-            .count(),
-        1
-    );
+    // the scaffolded pipeline and the lock file the run wrote
+    let mut pipes: Vec<_> = std::fs::read_dir(project.join("pipelines"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    pipes.sort();
+    assert_eq!(pipes, ["compile-onnx.lock", "compile-onnx.toml"]);
     assert!(!dir
         .path()
         .starts_with(Path::new(env!("CARGO_MANIFEST_DIR"))));
@@ -329,13 +331,16 @@ fn stages_show_prints_typed_params_inputs_outputs() {
         body,
         " ../../lib/heddle_stage.py
 params:
+  quant_context: string = ORT_QDQ  context name of the `quant` gather's rows (a member's own matrix `context` wins)
+  reference_label: string = SDK_NATIVE (DFC emulator, fp32)  what `reference` is, for the table (with `float`: onnxruntime CPU, fp32)
   title: string = Float vs quantised contexts on held-out images
 inputs:
   compiled (optional)  optional gather of compiled models, e.g. compile[*].model
-  float  the float ONNX model (onnx/import or onnx/author)
+  float (optional)  the float ONNX model (onnx/import or onnx/author), run here as the reference
   heldout  held-out images, float32 NHWC .npy (calib/images)
   meta  its meta.json (input/output names, NCHW shape)
   quant  gather of the quantised models, e.g. optimize[*].model
+  reference (optional)  or: the float reference's outputs, .npy (dfc/infer with SDK_NATIVE)
 outputs:
   plots: eval.plots.json
   summary: eval.json

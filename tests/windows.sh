@@ -12,10 +12,10 @@ root="$(pwd)"
 for tool in wine x86_64-w64-mingw32-gcc; do
   if ! command -v "$tool" >/dev/null; then
     if [[ -n "${HEDDLE_REQUIRE_WINE:-}" ]]; then
-      echo "error: HEDDLE_REQUIRE_WINE is set but $tool is not installed (apt-get install wine64 gcc-mingw-w64-x86-64)" >&2
+      echo "error: HEDDLE_REQUIRE_WINE is set but $tool is not installed (apt-get install wine wine64 gcc-mingw-w64-x86-64)" >&2
       exit 1
     fi
-    echo "SKIPPED tests/windows.sh: $tool is not installed (apt-get install wine64 gcc-mingw-w64-x86-64)"
+    echo "SKIPPED tests/windows.sh: $tool is not installed (apt-get install wine wine64 gcc-mingw-w64-x86-64)"
     exit 0
   fi
 done
