@@ -135,11 +135,11 @@ instances: 3 changed
   table     param scale 2 → 5; input all changed
 
 table table#md: 4 numbers, 2 moved
-     where                       A     B     B − A
-  *  row "k=1" col "value"  5.25  8.25  +3 (+57.1%)
-     row "k=1" col "ratio"  1.5x  1.5x  0
+     where                  A     B      B − A
+  *  row "k=1" col "value"  5.25  8.25   +3 (+57.1%)
+     row "k=1" col "ratio"  1.5x  1.5x   0
   *  row "k=2" col "value"  7.25  13.25  +6 (+82.8%)
-     row "k=2" col "ratio"  1.5x  1.5x  0
+     row "k=2" col "ratio"  1.5x  1.5x   0
 
 facts: 1 changed
   table  device.scale  2  →  5
@@ -166,7 +166,11 @@ fn a_rerun_with_nothing_changed_moves_nothing() {
     p.run("p.toml", &[]).ok();
     p.run("p.toml", &[]).ok();
     let d = diff_last_two(&p);
-    assert!(d.params.is_empty() && d.instances.is_empty() && d.facts.is_empty());
+    assert!(
+        d.params.is_empty() && d.instances.is_empty() && d.facts.is_empty(),
+        "{}",
+        d.text()
+    );
     assert_eq!(d.tables.len(), 1);
     assert_eq!(d.tables[0].presence, Presence::Both);
     assert_eq!(d.tables[0].numbers.len(), 4);

@@ -621,11 +621,20 @@ fn read_at_a_glance(dom: &str) {
         &body[..200.min(body.len())]
     );
     let header = between(body, "<header", "</header>");
-    for want in ["<code>lb</code>", "<code>p.toml</code>", "<b>scale</b> = 2", r#"class="lock""#] {
+    for want in [
+        "<code>lb</code>",
+        "<code>p.toml</code>",
+        "<b>scale</b> = 2",
+        r#"class="lock""#,
+    ] {
         assert!(header.contains(want), "header lacks {want}: {header}");
     }
 
-    let dag = between(body, r#"<svg xmlns="http://www.w3.org/2000/svg" class="dag""#, "</svg>");
+    let dag = between(
+        body,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="dag""#,
+        "</svg>",
+    );
     assert!(!dag.contains('…'), "a cut label in the DAG");
     assert!(dag.contains("<title>gen[k=3] — failed</title>"), "{dag}");
     for want in [">gen</text>", ">3</text>", ">table</text>"] {
@@ -633,7 +642,10 @@ fn read_at_a_glance(dom: &str) {
     }
 
     let timeline = between(body, r#"class="timeline""#, "</svg>");
-    assert!(timeline.contains("seconds since the run started"), "{timeline}");
+    assert!(
+        timeline.contains("seconds since the run started"),
+        "{timeline}"
+    );
     let ticks: Vec<&str> = timeline
         .split(r#"class="tick""#)
         .skip(1)
@@ -641,7 +653,9 @@ fn read_at_a_glance(dom: &str) {
         .collect();
     assert!(ticks.len() >= 3, "{ticks:?}");
     assert!(
-        ticks.iter().all(|t| t.ends_with(" s") && t[..t.len() - 2].parse::<f64>().is_ok()),
+        ticks
+            .iter()
+            .all(|t| t.ends_with(" s") && t[..t.len() - 2].parse::<f64>().is_ok()),
         "{ticks:?}"
     );
     assert!(!timeline.contains("ms since"), "{timeline}");
@@ -650,16 +664,29 @@ fn read_at_a_glance(dom: &str) {
     let (panels, legend) = figure
         .split_once(r#"<ul class="plot-legend">"#)
         .expect("a legend beside the panels");
-    assert_eq!(panels.matches(r#"<div class="panel""#).count(), 2, "{panels}");
-    assert_eq!(panels.matches("<svg").count(), panels.matches("</svg>").count());
+    assert_eq!(
+        panels.matches(r#"<div class="panel""#).count(),
+        2,
+        "{panels}"
+    );
+    assert_eq!(
+        panels.matches("<svg").count(),
+        panels.matches("</svg>").count()
+    );
     // The legend's SVGs are its 28 px swatches only, never a chart with axes and text.
     assert_eq!(
         legend.matches("<svg").count(),
         legend.matches(r#"<svg width="28""#).count(),
         "{legend}"
     );
-    assert!(!legend.contains("<text"), "the legend is inside a chart: {legend}");
-    assert!(legend.contains(">v</li>") && legend.contains(">w</li>"), "{legend}");
+    assert!(
+        !legend.contains("<text"),
+        "the legend is inside a chart: {legend}"
+    );
+    assert!(
+        legend.contains(">v</li>") && legend.contains(">w</li>"),
+        "{legend}"
+    );
 }
 
 fn which(cmd: &str) -> bool {

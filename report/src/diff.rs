@@ -114,7 +114,8 @@ pub struct TextDiff {
     pub b: String,
 }
 
-/// A value an instance reported (`$HEDDLE_FACTS_FILE`) that differs, by JSON path.
+/// A value an instance reported (`$HEDDLE_FACTS_FILE`) that differs, by JSON path, where both
+/// runs recorded the instance's facts.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FactChange {
     pub label: String,
@@ -311,9 +312,14 @@ fn facts(a: &RunRecord, b: &RunRecord) -> Vec<FactChange> {
         a.instances.iter().map(|(l, r)| (l.as_str(), r)).collect();
     let mut out = Vec::new();
     for (label, rb) in &b.instances {
+        // A record served from the cache carries no facts (the stage did not run), which says
+        // nothing about them: only instances with facts on both sides are compared.
         let Some(ra) = in_a.get(label.as_str()) else {
             continue;
         };
+        if ra.facts.is_none() || rb.facts.is_none() {
+            continue;
+        }
         let (fa, fb) = (flat(ra), flat(rb));
         let mut paths: Vec<&String> = fa.keys().chain(fb.keys()).collect();
         paths.sort();

@@ -6,7 +6,13 @@ use heddle_report::html::{dag_svg, render_page, timeline_svg, Page, PlotFile};
 use heddle_runner::record::RunRecord;
 use serde_json::json;
 
-fn instance(stage: &str, label: &str, matrix: serde_json::Value, deps: &[&str], span: (u64, u64)) -> serde_json::Value {
+fn instance(
+    stage: &str,
+    label: &str,
+    matrix: serde_json::Value,
+    deps: &[&str],
+    span: (u64, u64),
+) -> serde_json::Value {
     json!([label, {
         "stage": stage, "deps": deps, "cached": false, "reason": "never run",
         "status": {"label": label, "status": "ok", "matrix": matrix},
@@ -36,9 +42,7 @@ fn record() -> RunRecord {
 fn dag_boxes_show_the_stage_and_the_matrix_values_and_keep_the_whole_label() {
     let svg = dag_svg(&record());
     assert!(!svg.contains('…'), "{svg}");
-    assert!(svg.contains(
-        "<title>probe[context=ORT_QDQ_EMULATED,precision=a16_w16] — ok</title>"
-    ));
+    assert!(svg.contains("<title>probe[context=ORT_QDQ_EMULATED,precision=a16_w16] — ok</title>"));
     assert!(svg.contains(r#"font-weight="bold">probe</text><text class="matrix""#));
     assert!(svg.contains(r#"font-size="12">ORT_QDQ_EMULATED · a16_w16</text>"#));
     // Every box is wide enough for its longest line (26 characters at 7.4 px, padded by 10).
@@ -62,11 +66,10 @@ fn the_timeline_counts_seconds_at_round_steps() {
         .skip(1)
         .map(|t| &t[t.find('>').unwrap() + 1..t.find("</text>").unwrap()])
         .collect();
-    assert_eq!(
-        ticks,
-        ["0 s", "1 s", "2 s", "3 s", "4 s", "5 s"]
-    );
-    assert!(svg.contains(r##"font-size="13" text-anchor="middle" fill="#37474f">seconds since the run started"##));
+    assert_eq!(ticks, ["0 s", "1 s", "2 s", "3 s", "4 s", "5 s"]);
+    assert!(svg.contains(
+        r##"font-size="13" text-anchor="middle" fill="#37474f">seconds since the run started"##
+    ));
     // Names sit in a gutter left of the bars, right-aligned, whole.
     assert!(svg.contains(r##"text-anchor="end" fill="#37474f">probe[context=ORT_QDQ_EMULATED,precision=a16_w16]</text>"##));
 }
@@ -97,14 +100,14 @@ fn the_header_comes_first_with_pipeline_params_and_lock() {
 #[test]
 fn plots_are_small_multiples_with_the_legend_beside_them() {
     let plots: PlotFile = serde_json::from_value(json!({"plots": [{
-        "title": "r vs eps", "x_label": "eps", "y_label": "r", "x_log": true,
-        "series": [
-            {"name": "ORT_INTEGER", "panel": "a16_w16", "points": [[0.001, 1.0], [0.01, 1.0]]},
-            {"name": "ORT_QDQ_EMULATED", "panel": "a16_w16", "points": [[0.001, 1.0], [0.01, 1.0]]},
-            {"name": "ORT_INTEGER", "panel": "a8_w8", "points": [[0.001, 0.42], [0.01, 0.84]]},
-            {"name": "ORT_QDQ_EMULATED", "panel": "a8_w8", "points": [[0.001, 0.42], [0.01, 0.84]]},
-            {"name": "ORT_INTEGER", "panel": "a16_w4", "points": [[0.001, 0.07], [0.01, 0.3]]}
-        ]}]}))
+    "title": "r vs eps", "x_label": "eps", "y_label": "r", "x_log": true,
+    "series": [
+        {"name": "ORT_INTEGER", "panel": "a16_w16", "points": [[0.001, 1.0], [0.01, 1.0]]},
+        {"name": "ORT_QDQ_EMULATED", "panel": "a16_w16", "points": [[0.001, 1.0], [0.01, 1.0]]},
+        {"name": "ORT_INTEGER", "panel": "a8_w8", "points": [[0.001, 0.42], [0.01, 0.84]]},
+        {"name": "ORT_QDQ_EMULATED", "panel": "a8_w8", "points": [[0.001, 0.42], [0.01, 0.84]]},
+        {"name": "ORT_INTEGER", "panel": "a16_w4", "points": [[0.001, 0.07], [0.01, 0.3]]}
+    ]}]}))
     .unwrap();
     let rec = record();
     let page = render_page(&Page {
@@ -124,10 +127,20 @@ fn plots_are_small_multiples_with_the_legend_beside_them() {
         .collect();
     assert_eq!(panels, ["a16_w16", "a8_w8", "a16_w4"]);
     let (charts, legend) = figure.split_once(r#"<ul class="plot-legend">"#).unwrap();
-    assert!(charts.ends_with("</div></div>"), "the legend is not after the panels");
-    assert!(!charts.contains("ORT_INTEGER"), "a legend entry inside a panel");
+    assert!(
+        charts.ends_with("</div></div>"),
+        "the legend is not after the panels"
+    );
+    assert!(
+        !charts.contains("ORT_INTEGER"),
+        "a legend entry inside a panel"
+    );
     assert_eq!(
-        legend.split("</svg>").skip(1).map(|l| &l[..l.find("</li>").unwrap()]).collect::<Vec<_>>(),
+        legend
+            .split("</svg>")
+            .skip(1)
+            .map(|l| &l[..l.find("</li>").unwrap()])
+            .collect::<Vec<_>>(),
         ["ORT_INTEGER", "ORT_QDQ_EMULATED"]
     );
     // The three panels share one row at 1280 px: each at most a third of what the legend leaves.

@@ -140,11 +140,7 @@ fn layout(depth: &[usize], texts: &[NodeText]) -> Layout {
 /// The DAG as one `<svg class="dag">`.
 pub fn dag_svg(rec: &RunRecord) -> String {
     let depth = depths(rec);
-    let texts: Vec<NodeText> = rec
-        .instances
-        .iter()
-        .map(|(l, r)| node_text(l, r))
-        .collect();
+    let texts: Vec<NodeText> = rec.instances.iter().map(|(l, r)| node_text(l, r)).collect();
     let Layout {
         xy,
         w,

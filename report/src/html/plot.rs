@@ -89,10 +89,7 @@ fn drawn_points(spec: &PlotSpec, s: &Series) -> Vec<(f64, f64)> {
     s.points
         .iter()
         .filter(|(x, y)| {
-            x.is_finite()
-                && y.is_finite()
-                && (!spec.x_log || *x > 0.0)
-                && (!spec.y_log || *y > 0.0)
+            x.is_finite() && y.is_finite() && (!spec.x_log || *x > 0.0) && (!spec.y_log || *y > 0.0)
         })
         .map(|(x, y)| (t(spec.x_log, *x), t(spec.y_log, *y)))
         .collect()
@@ -183,7 +180,10 @@ fn panel_svg(
                     .draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled())))
                     .map(|_| ()),
                 1 => chart
-                    .draw_series(pts.iter().map(|p| TriangleMarker::new(*p, 6, c.stroke_width(2))))
+                    .draw_series(
+                        pts.iter()
+                            .map(|p| TriangleMarker::new(*p, 6, c.stroke_width(2))),
+                    )
                     .map(|_| ()),
                 _ => chart
                     .draw_series(pts.iter().map(|p| Cross::new(*p, 5, c.stroke_width(2))))
@@ -204,7 +204,9 @@ fn legend_html(names: &[&str]) -> String {
         let c = format!("#{r:02x}{g:02x}{b:02x}");
         let marker = match i % 3 {
             0 => format!(r#"<circle cx="14" cy="7" r="4" fill="{c}"/>"#),
-            1 => format!(r#"<path d="M14,2 L19,11 L9,11 Z" fill="none" stroke="{c}" stroke-width="2"/>"#),
+            1 => format!(
+                r#"<path d="M14,2 L19,11 L9,11 Z" fill="none" stroke="{c}" stroke-width="2"/>"#
+            ),
             _ => format!(r#"<path d="M10,3 L18,11 M18,3 L10,11" stroke="{c}" stroke-width="2"/>"#),
         };
         let _ = write!(
@@ -289,8 +291,14 @@ mod tests {
         let (panels, legend) = h.split_once(r#"<ul class="plot-legend">"#).unwrap();
         assert_eq!(legend.matches("<li>").count(), 2);
         assert!(legend.contains("ORT_QDQ_EMULATED</li>") && legend.contains("ORT_INTEGER</li>"));
-        assert_eq!(panels.matches("<svg").count(), panels.matches("</svg>").count());
-        assert!(!panels.contains("ORT_INTEGER"), "a series name inside a panel");
+        assert_eq!(
+            panels.matches("<svg").count(),
+            panels.matches("</svg>").count()
+        );
+        assert!(
+            !panels.contains("ORT_INTEGER"),
+            "a series name inside a panel"
+        );
     }
 
     #[test]
