@@ -374,7 +374,8 @@ outputs = { o = "o.bin" }
 }
 
 /// A blob whose bytes rotted but kept its mtime: never fed to a stage, never the base of a
-/// stored result; the run says which blob, and the next run recomputes it.
+/// stored result; the run says which blob and exits 2 (the cache's fault, not the stage's), and
+/// the next run recomputes it.
 #[test]
 fn a_rotted_blob_is_never_fed_and_the_next_run_recomputes_it() {
     let p = Project::new();
@@ -406,7 +407,7 @@ outputs = { o = "o.txt" }
         .set_modified(mtime)
         .unwrap();
 
-    let r = p.run("p.toml", &["--set", "n=2"]).code(1);
+    let r = p.run("p.toml", &["--set", "n=2"]).code(2);
     assert!(
         r.stderr
             .contains("its content no longer matches its digest"),

@@ -136,3 +136,43 @@ impl RunRecord {
         c
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instance(label: &str, status: &str, cached: bool) -> String {
+        format!(
+            r#"["{label}", {{"stage": "s", "status": {{"label": "{label}", "status": "{status}"}},
+            "cached": {cached}, "reason": "r", "duration_ms": 1, "start_ms": 0, "end_ms": 1,
+            "attempts": 1, "inputs": {{}}, "outputs": {{}}, "output_paths": {{}}}}]"#
+        )
+    }
+
+    /// The field names and enum spellings are the file format: a record written by an older
+    /// heddle reads back, counts by status, and writes the same JSON again.
+    #[test]
+    fn a_record_reads_back_counts_and_writes_the_same_json() {
+        let json = format!(
+            r#"{{"run_id": "r1", "pipeline": "p", "pipeline_file": "p.toml", "status": "failed",
+            "started_unix_ms": 0, "duration_ms": 5, "heddle_version": "0.1.0", "host": "h",
+            "params": {{}}, "jobs": 2, "instances": [{}, {}, {}, {}]}}"#,
+            instance("ran", "ok", false),
+            instance("hit", "ok", true),
+            instance("bad", "failed", false),
+            instance("cone", "skipped", false),
+        );
+        let rec: RunRecord = serde_json::from_str(&json).unwrap();
+        assert_eq!(rec.status, RunStatus::Failed);
+        assert_eq!(rec.counts(), (1, 1, 1, 1));
+        let written = serde_json::to_string(&rec).unwrap();
+        let again: RunRecord = serde_json::from_str(&written).unwrap();
+        assert_eq!(serde_json::to_string(&again).unwrap(), written);
+        assert!(
+            written.contains(
+                r#""status":{"label":"bad","status":"failed","tolerated":false,"matrix":{}}"#
+            ),
+            "{written}"
+        );
+    }
+}

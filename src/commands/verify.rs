@@ -54,22 +54,7 @@ pub async fn verify(entry_path: &Path, rr: &Rerun<'_>, opts: &VerifyOptions) -> 
     let runs = opts.runs.max(1);
     let mut v = Verdicts::default();
     for n in 1..=runs {
-        // A fresh rerun gets a private store, removed when the rerun is judged.
-        let private = match opts.fresh {
-            true => Some(tempfile::tempdir().map_err(|source| Error::Io {
-                op: "cannot create a private cache in",
-                path: std::env::temp_dir(),
-                source,
-            })?),
-            false => None,
-        };
-        let store = match &private {
-            Some(d) => Arc::new(Store::open(d.path()).map_err(|source| Error::OpenCache {
-                dir: d.path().to_path_buf(),
-                source,
-            })?),
-            None => rr.store.clone(),
-        };
+        let (_private, store) = rerun_store(opts.fresh, &rr.store)?;
         println!(
             "== verify {} run {n}/{runs}{}",
             entry_path.display(),
@@ -123,6 +108,27 @@ pub async fn verify(entry_path: &Path, rr: &Rerun<'_>, opts: &VerifyOptions) -> 
     } else {
         EXIT_STAGE_FAILED
     })
+}
+
+/// The store a rerun writes to: the user's, or for `--fresh` a private one in a temp folder
+/// (removed when the returned guard drops, after the rerun is judged).
+fn rerun_store(
+    fresh: bool,
+    shared: &Arc<Store>,
+) -> Result<(Option<tempfile::TempDir>, Arc<Store>), Error> {
+    if !fresh {
+        return Ok((None, shared.clone()));
+    }
+    let dir = tempfile::tempdir().map_err(|source| Error::Io {
+        op: "cannot create a private cache in",
+        path: std::env::temp_dir(),
+        source,
+    })?;
+    let store = Store::open(dir.path()).map_err(|source| Error::OpenCache {
+        dir: dir.path().to_path_buf(),
+        source,
+    })?;
+    Ok((Some(dir), Arc::new(store)))
 }
 
 /// Every number of a table block against the same table of the rerun.
