@@ -135,6 +135,37 @@ impl fmt::Display for Diagnostic {
     }
 }
 
+/// The candidate nearest to `unknown` when it is close enough to be a typo of it, as rustc and
+/// cargo suggest: an edit distance (a transposition counts as one edit, case is ignored) of at
+/// most a third of the name's length and less than all of it, so `j` suggests nothing for `k`.
+/// The nearest wins; on a tie, the first candidate.
+pub fn nearest<'a>(
+    unknown: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    let len = unknown.chars().count();
+    let limit = (len / 3).max(1);
+    let lower = unknown.to_lowercase();
+    candidates
+        .into_iter()
+        .map(|c| (strsim::damerau_levenshtein(&lower, &c.to_lowercase()), c))
+        .filter(|(d, _)| *d <= limit && *d < len)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// "did you mean `x`?" for the nearest of `names`, else `otherwise()` (say, the list of names).
+pub fn did_you_mean<S: AsRef<str>>(
+    unknown: &str,
+    names: &[S],
+    otherwise: impl FnOnce() -> String,
+) -> String {
+    match nearest(unknown, names.iter().map(AsRef::as_ref)) {
+        Some(n) => format!("did you mean `{n}`?"),
+        None => otherwise(),
+    }
+}
+
 /// Several diagnostics from one validation pass; users fix them all at once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnostics(pub Vec<Diagnostic>);
@@ -167,6 +198,30 @@ mod tests {
         assert_eq!(src.line_col(0), (1, 1));
         assert_eq!(src.line_col(6), (2, 1));
         assert_eq!(src.line_col(11), (2, 6));
+    }
+
+    #[test]
+    fn nearest_names_are_likely_typos_only() {
+        let keys = ["timeout", "retries", "report"];
+        assert_eq!(nearest("timout", keys), Some("timeout"));
+        assert_eq!(nearest("TimeOut", keys), Some("timeout"));
+        assert_eq!(
+            nearest("reprot", keys),
+            Some("report"),
+            "a transposition is one edit"
+        );
+        assert_eq!(nearest("colour", keys), None);
+        assert_eq!(nearest("j", ["k"]), None, "one letter of one is not a typo");
+        assert_eq!(
+            nearest("ab", ["ax", "ay"]),
+            Some("ax"),
+            "the first on a tie"
+        );
+        assert_eq!(
+            did_you_mean("mkae", &["make", "use"], || "stages: make, use".into()),
+            "did you mean `make`?"
+        );
+        assert_eq!(did_you_mean("zzz", &["make"], || "no".into()), "no");
     }
 
     #[test]

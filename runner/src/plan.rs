@@ -13,7 +13,7 @@ use petgraph::algo::{tarjan_scc, toposort};
 use petgraph::graph::{DiGraph, NodeIndex};
 use serde_json::Value;
 
-use crate::diag::{Diagnostic, Diagnostics};
+use crate::diag::{did_you_mean, Diagnostic, Diagnostics};
 use crate::join::{join, ProjectionIndex};
 use crate::model::{
     check_param, value_text, InputKind, Pipeline, RunTemplate, Selector, Stage, WithValue,
@@ -171,7 +171,9 @@ pub fn build(pipeline: Arc<Pipeline>) -> Result<Plan, Diagnostics> {
                             Some(input.span.clone()),
                             format!("stage `{stage}` has no output `{output}`"),
                         )
-                        .with_help(format!("its outputs: {}", known.join(", "))),
+                        .with_help(did_you_mean(output, &known, || {
+                            format!("its outputs: {}", known.join(", "))
+                        })),
                 );
                 ok = false;
                 continue;
@@ -188,8 +190,8 @@ pub fn build(pipeline: Arc<Pipeline>) -> Result<Plan, Diagnostics> {
                             errors.push(p.source.error(
                                 Some(input.span.clone()),
                                 format!(
-                                    "stage `{stage}` has no matrix key `{k}` (keys: {})",
-                                    join_keys(&keys_of[ui])
+                                    "stage `{stage}` has no matrix key `{k}` ({})",
+                                    hint_keys(k, &keys_of[ui], "keys")
                                 ),
                             ));
                             ok = false;
@@ -490,17 +492,20 @@ fn check_templates(
     for t in s.run.templates() {
         for (path, off) in t.vars() {
             let problem = match path {
-                [ns, k] if ns == "params" => (!params.contains(k))
-                    .then(|| format!("unknown param `{k}` (params: {})", list(&params))),
-                [ns, k] if ns == "matrix" => (!keys.contains(k)).then(|| {
-                    format!(
-                        "unknown matrix key `{k}` (keys of `{}`: {})",
-                        s.name,
-                        join_keys(keys)
-                    )
+                [ns, k] if ns == "params" => (!params.contains(k)).then(|| {
+                    let hint = did_you_mean(k, &params, || format!("params: {}", list(&params)));
+                    format!("unknown param `{k}` ({hint})")
                 }),
-                [ns, k] if ns == "in" => (!declared_inputs.contains(k))
-                    .then(|| format!("unknown input `{k}` (inputs: {})", list(&declared_inputs))),
+                [ns, k] if ns == "matrix" => (!keys.contains(k)).then(|| {
+                    let what = format!("keys of `{}`", s.name);
+                    format!("unknown matrix key `{k}` ({})", hint_keys(k, keys, &what))
+                }),
+                [ns, k] if ns == "in" => (!declared_inputs.contains(k)).then(|| {
+                    let hint = did_you_mean(k, &declared_inputs, || {
+                        format!("inputs: {}", list(&declared_inputs))
+                    });
+                    format!("unknown input `{k}` ({hint})")
+                }),
                 [ns, k, d] if ns == "in" && d == "dir" => {
                     if !declared_inputs.contains(k) {
                         Some(format!("unknown input `{k}`"))
@@ -514,14 +519,24 @@ fn check_templates(
                 }
                 [ns, k] if ns == "out" => (!s.outputs.contains_key(k)).then(|| {
                     let o: Vec<String> = s.outputs.keys().cloned().collect();
-                    format!("unknown output `{k}` (outputs: {})", list(&o))
+                    let hint = did_you_mean(k, &o, || format!("outputs: {}", list(&o)));
+                    format!("unknown output `{k}` ({hint})")
                 }),
                 [ns, d] if ns == "stage" && d == "dir" => s
                     .def
                     .is_none()
                     .then(|| "`stage.dir` needs a `uses` definition".to_string()),
                 [ns] if ns == "instance" => None,
-                _ => Some(format!("unknown variable `{}`", path.join("."))),
+                _ => {
+                    let text = path.join(".");
+                    let known = variables(s, &params, keys, &declared_inputs);
+                    Some(
+                        match crate::diag::nearest(&text, known.iter().map(String::as_str)) {
+                            Some(n) => format!("unknown variable `{text}` (did you mean `{n}`?)"),
+                            None => format!("unknown variable `{text}`"),
+                        },
+                    )
+                }
             };
             if let Some(msg) = problem {
                 let span = if shell {
@@ -542,6 +557,30 @@ fn check_templates(
     } else {
         Err(errs)
     }
+}
+
+/// Every variable a stage's `run` may name, to suggest from.
+fn variables(
+    s: &Stage,
+    params: &[String],
+    keys: &BTreeSet<String>,
+    inputs: &[String],
+) -> Vec<String> {
+    let ns = |ns: &str, names: &mut dyn Iterator<Item = &String>| -> Vec<String> {
+        names.map(|n| format!("{ns}.{n}")).collect()
+    };
+    let mut v = ns("params", &mut params.iter());
+    v.extend(ns("matrix", &mut keys.iter()));
+    v.extend(ns("in", &mut inputs.iter()));
+    v.extend(ns("out", &mut s.outputs.keys()));
+    v.extend(["stage.dir".to_string(), "instance".to_string()]);
+    v
+}
+
+/// "did you mean `k`?", else "`what`: a, b" (or "none").
+fn hint_keys(k: &str, keys: &BTreeSet<String>, what: &str) -> String {
+    let names: Vec<&String> = keys.iter().collect();
+    did_you_mean(k, &names, || format!("{what}: {}", join_keys(keys)))
 }
 
 fn list(v: &[String]) -> String {

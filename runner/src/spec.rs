@@ -267,12 +267,28 @@ pub fn parse<T: for<'de> Deserialize<'de>>(src: &Source) -> Result<T, Diagnostic
     toml::from_str::<T>(&src.text).map_err(|e| {
         let msg = e.message().trim().to_string();
         let span = e.span();
+        if let Some((field, near)) = unknown_field_suggestion(&msg) {
+            return src
+                .error(span, format!("unknown field `{field}`"))
+                .with_help(format!(
+                    "did you mean `{near}`? (every key: docs/pipeline-format.md)"
+                ));
+        }
         let mut d = src.error(span, msg.clone());
         if msg.contains("unknown field") {
             d = d.with_help("see docs/pipeline-format.md for the keys a stage accepts");
         }
         d
     })
+}
+
+/// From serde's "unknown field `timout`, expected one of `timeout`, ...": the field and the
+/// accepted key nearest to it, when one is near enough to be what was meant.
+fn unknown_field_suggestion(msg: &str) -> Option<(&str, &str)> {
+    let rest = msg.strip_prefix("unknown field `")?;
+    let (field, expected) = rest.split_once('`')?;
+    let accepted = expected.split('`').skip(1).step_by(2);
+    Some((field, crate::diag::nearest(field, accepted)?))
 }
 
 #[cfg(test)]

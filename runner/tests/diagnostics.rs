@@ -157,6 +157,30 @@ fn unknown_uses_and_no_run() {
     )));
 }
 
+/// Each kind of unknown name suggests the nearest known one.
+#[test]
+fn suggestions_for_misspelt_names() {
+    insta::assert_snapshot!(errors(&format!(
+        "{HEAD}[params]\ngreeting = \"hi\"\n[stages.make]\nmatrix = {{ size = [1, 2] }}\n\
+         run = \"x\"\noutputs = {{ result = \"r\" }}\n\
+         [stages.use]\ninputs = {{ text = \"make[sise=1].result\" }}\n\
+         run = \"echo {{{{ parms.greeting }}}} {{{{ in.txt }}}} {{{{ out.reslt }}}} {{{{ matrix.sise }}}}\"\n\
+         outputs = {{ result = \"r\" }}\n"
+    )));
+}
+
+#[test]
+fn a_misspelt_set_suggests_the_param() {
+    let opts = LoadOptions {
+        overrides: vec![("greting".into(), "hi".into())],
+        root: Some(std::env::temp_dir()),
+        ..LoadOptions::default()
+    };
+    let text = format!("{HEAD}[params]\ngreeting = \"hello\"\n[stages.a]\nrun = \"x\"\n");
+    let err = load_str(Path::new("p.toml"), text, &opts).unwrap_err();
+    insta::assert_snapshot!(err.to_string());
+}
+
 #[test]
 fn unknown_pool_and_env() {
     insta::assert_snapshot!(errors(&format!(

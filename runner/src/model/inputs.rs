@@ -10,6 +10,7 @@ use toml::Spanned;
 use super::loader::Loader;
 use super::refs::parse_ref;
 use super::{Input, InputKind, StageDef};
+use crate::diag::did_you_mean;
 use crate::spec::{InputSpec, RawStage};
 
 impl Loader {
@@ -32,7 +33,9 @@ impl Loader {
                     self.err_help(
                         k.span(),
                         format!("`{}` declares no input `{iname}`", d.uses),
-                        format!("its inputs: {}", known.join(", ")),
+                        did_you_mean(&iname, &known, || {
+                            format!("its inputs: {}", known.join(", "))
+                        }),
                     );
                     continue;
                 }
@@ -92,7 +95,9 @@ impl Loader {
                         self.err_help(
                             v.span(),
                             format!("input `{iname}` refers to unknown stage `{stage}`"),
-                            format!("stages: {}", stage_names.join(", ")),
+                            did_you_mean(&stage, stage_names, || {
+                                format!("stages: {}", stage_names.join(", "))
+                            }),
                         );
                         return None;
                     }

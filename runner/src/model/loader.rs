@@ -15,7 +15,7 @@ use heddle_cache::error_chain;
 use super::definition::LoadedDef;
 use super::value::{parse_value_text, toml_to_json, ParamType};
 use super::{valid_name, EnvDef, LoadError, LoadOptions, Pipeline};
-use crate::diag::{Diagnostic, Diagnostics, Source};
+use crate::diag::{did_you_mean, Diagnostic, Diagnostics, Source};
 use crate::spec::{EnvSpec, PipelineSpec, RawStage};
 
 pub(super) struct Loader {
@@ -231,13 +231,15 @@ fn apply_overrides(
     for (k, raw) in overrides {
         let Some(old) = params.get(k) else {
             let known: Vec<_> = params.keys().cloned().collect();
-            return Err(LoadError::Usage(format!(
-                "--set {k}={raw}: the pipeline has no param `{k}` (params: {})",
+            let hint = did_you_mean(k, &known, || {
                 if known.is_empty() {
-                    "none".into()
+                    "params: none".into()
                 } else {
-                    known.join(", ")
+                    format!("params: {}", known.join(", "))
                 }
+            });
+            return Err(LoadError::Usage(format!(
+                "--set {k}={raw}: the pipeline has no param `{k}` ({hint})"
             )));
         };
         let ty = ParamType::of(old);

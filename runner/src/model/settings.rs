@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::layers::Layers;
 use super::loader::{Loader, Scope};
+use crate::diag::did_you_mean;
 
 pub(super) struct Settings {
     pub timeout: Option<Duration>,
@@ -101,14 +102,17 @@ impl Loader {
         let Some(found) = layers.find(|s| s.resources.as_ref()) else {
             return res;
         };
+        let pool_names: Vec<&String> = pools.keys().collect();
         for (k, v) in found.value {
             let Some(pool) = pools.get(k.get_ref()) else {
                 let d = found
                     .error_at(k.span(), format!("unknown resource pool `{}`", k.get_ref()))
-                    .with_help(format!(
-                        "declare it under [resources]; pools: {}",
-                        list_or_none(pools.keys())
-                    ));
+                    .with_help(did_you_mean(k.get_ref(), &pool_names, || {
+                        format!(
+                            "declare it under [resources]; pools: {}",
+                            list_or_none(pools.keys())
+                        )
+                    }));
                 self.errors.push(d);
                 continue;
             };
@@ -134,13 +138,16 @@ impl Loader {
         if scope.envs.contains_key(e.get()) {
             return Some(e.get().clone());
         }
+        let names: Vec<&String> = scope.envs.keys().collect();
         let d = e
             .error(format!("unknown env `{}`", e.get()))
-            .with_help(format!(
-                "declare it as [envs.{}]; envs: {}",
-                e.get(),
-                list_or_none(scope.envs.keys())
-            ));
+            .with_help(did_you_mean(e.get(), &names, || {
+                format!(
+                    "declare it as [envs.{}]; envs: {}",
+                    e.get(),
+                    list_or_none(scope.envs.keys())
+                )
+            }));
         self.errors.push(d);
         None
     }

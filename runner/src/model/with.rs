@@ -11,6 +11,7 @@ use toml::Spanned;
 use super::loader::Loader;
 use super::value::{check_choice, toml_to_json, ParamDef};
 use super::{StageDef, WithValue};
+use crate::diag::did_you_mean;
 use crate::spec::RawStage;
 use crate::template::Template;
 
@@ -44,7 +45,9 @@ impl Loader {
                     self.err_help(
                         k.span(),
                         format!("`{}` has no param `{pname}`", d.uses),
-                        format!("its params: {}", known.join(", ")),
+                        did_you_mean(pname, &known, || {
+                            format!("its params: {}", known.join(", "))
+                        }),
                     );
                     continue;
                 };
