@@ -23,7 +23,15 @@ pub fn report(s: &Session, a: &ReportArgs) -> Result<i32, Error> {
     let store = s.open_store()?;
     let t = tables(&store, &root, &rec);
     let p = plots(&store, &root, &rec)?;
-    let page = html::render(&rec, &t, &p).map_err(Error::DrawReport)?;
+    // The page's header names the lock file the run matches, by hash.
+    let lock = heddle_report::artefacts::lock_hash(&root, &rec);
+    let page = html::render_page(&html::Page {
+        record: &rec,
+        tables: &t,
+        plots: &p,
+        lock_hash: lock.as_deref(),
+    })
+    .map_err(|e| Error::DrawReport(e.to_string()))?;
     write_file(&a.output, page)?;
     println!(
         "wrote {} ({} tables, {} plots)",
