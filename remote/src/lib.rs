@@ -35,9 +35,9 @@
 //!   bytes; every backend makes a write visible whole or not at all), and an action entry is
 //!   last-writer-wins between writers of the same action.
 //! - Memory stays flat in blob size: blobs move in 1–8 MiB chunks, S3 uploads are multipart
-//!   (8 MiB parts, 4 in flight), S3 downloads ranged reads of 8 MiB, 4 in flight. Except
-//!   WebDAV uploads: OpenDAL's WebDAV writer sends one PUT from one buffer, so an upload holds
-//!   the whole blob in memory (downloads stream).
+//!   (8 MiB parts, 2 in flight), S3 downloads ranged reads of 4 MiB, 2 in flight, and WebDAV
+//!   uploads one streamed PUT to a temp name then a MOVE (webdav_upload.rs; OpenDAL's own
+//!   WebDAV writer would buffer the whole blob).
 //!
 //! # Why OpenDAL rather than object_store
 //!
@@ -67,6 +67,7 @@ mod opendal_backend;
 mod remote_cache;
 mod upload;
 mod url;
+mod webdav_upload;
 
 use std::sync::Arc;
 

@@ -16,22 +16,27 @@ use opendal::{services, ErrorKind, Operator};
 
 use crate::backend::{BlobStream, RemoteBackend, Timeouts, RETRY_MAX_DELAY, RETRY_MIN_DELAY};
 use crate::config::S3Settings;
+use crate::webdav_upload::WebdavUpload;
 use crate::{RemoteError, RemoteUrl};
 
-/// Bytes per S3 multipart part and per ranged read. 8 MiB parts keep a 1 GiB upload at
-/// 128 parts (S3 allows 10,000) and, with [`CONCURRENCY`] in flight, the memory of a
-/// transfer at a few tens of MiB whatever the blob's size.
-const CHUNK: usize = 8 * 1024 * 1024;
-/// Parts uploaded, or ranges fetched, at once.
-const CONCURRENCY: usize = 4;
+/// Bytes per S3 multipart part. 8 MiB parts keep a 1 GiB upload at 128 parts (S3 allows
+/// 10,000; parts under 5 MiB are refused). Each part in flight is held whole in memory, as is
+/// the one being filled, so memory is (`PART_CONCURRENCY` + 1) parts whatever the blob's size.
+const PART: usize = 8 * 1024 * 1024;
+/// Parts uploaded at once: two keep the connection busy while a part is being filled.
+const PART_CONCURRENCY: usize = 2;
+/// Bytes per ranged read of a download, and ranges fetched at once. A range is collected
+/// whole before it is handed on, so memory is about `RANGE * RANGE_CONCURRENCY`.
+const RANGE: usize = 4 * 1024 * 1024;
+const RANGE_CONCURRENCY: usize = 2;
 /// An action entry is a few KiB; anything far larger is not one, and is not read into memory.
 const MAX_ENTRY_BYTES: u64 = 16 * 1024 * 1024;
 
 pub struct OpendalCache {
     op: Operator,
-    /// The service sends a blob in one request (WebDAV: one PUT; OpenDAL's WebDAV writer
-    /// takes a single buffer), so the whole blob is buffered for its upload.
-    one_shot_writes: bool,
+    /// WebDAV only: blobs are uploaded by a streamed PUT of our own, because OpenDAL's WebDAV
+    /// writer would buffer the whole blob.
+    webdav: Option<WebdavUpload>,
     name: String,
     timeouts: Timeouts,
 }
@@ -110,7 +115,22 @@ impl OpendalCache {
                 Operator::new(b).map_err(setup)?.finish()
             }
         };
-        let one_shot_writes = matches!(url, RemoteUrl::WebDav { .. });
+        let webdav = match url {
+            RemoteUrl::WebDav {
+                endpoint,
+                path,
+                user,
+                password,
+            } => Some(WebdavUpload::new(
+                endpoint,
+                path,
+                user.clone(),
+                password.clone(),
+                name.clone(),
+                timeouts,
+            )?),
+            _ => None,
+        };
         // The timeout layer inside the retry layer: each attempt has its own deadline, and an
         // attempt that timed out (a temporary error) is retried like a 500 or a reset
         // connection. Retried requests are idempotent here: reads, whole-object puts of
@@ -132,10 +152,35 @@ impl OpendalCache {
             );
         Ok(OpendalCache {
             op,
-            one_shot_writes,
+            webdav,
             name,
             timeouts,
         })
+    }
+
+    /// A WebDAV upload: a streamed PUT to a temp name, then a MOVE onto the blob's name, so
+    /// the blob's name never holds part of a blob.
+    async fn write_webdav(
+        &self,
+        upload: &WebdavUpload,
+        digest: Digest,
+        size: u64,
+        data: BlobStream,
+    ) -> Result<(), RemoteError> {
+        let object = format!("blob {digest}");
+        let tmp = format!("tmp/{digest}.{}", unique_suffix());
+        self.op
+            .create_dir("tmp/")
+            .await
+            .map_err(self.backend_error("create folder tmp/ for", object.clone()))?;
+        if let Err(e) = upload.put(digest, &tmp, size, data).await {
+            let _ = self.op.delete(&tmp).await;
+            return Err(e);
+        }
+        self.op
+            .rename(&tmp, &blob_path(&digest))
+            .await
+            .map_err(self.backend_error("move into place", object))
     }
 
     fn backend_error(
@@ -161,6 +206,21 @@ impl OpendalCache {
             }
         }
     }
+}
+
+/// Unique among this machine's uploads: process id, a counter and the time.
+fn unique_suffix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{}-{}-{nanos:x}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 fn blob_path(d: &Digest) -> String {
@@ -204,8 +264,8 @@ impl RemoteBackend for OpendalCache {
             let reader = self
                 .op
                 .reader_with(&path)
-                .chunk(CHUNK)
-                .concurrent(CONCURRENCY)
+                .chunk(RANGE)
+                .concurrent(RANGE_CONCURRENCY)
                 .await
                 .map_err(self.backend_error("open", object.clone()))?;
             let stream = reader
@@ -233,12 +293,13 @@ impl RemoteBackend for OpendalCache {
         async move {
             let path = blob_path(&digest);
             let object = format!("blob {digest}");
-            let (chunk, concurrent) = if self.one_shot_writes {
-                (usize::try_from(size).unwrap_or(usize::MAX).max(1), 1)
-            } else if size > CHUNK as u64 {
-                (CHUNK, CONCURRENCY)
+            if let Some(upload) = &self.webdav {
+                return self.write_webdav(upload, digest, size, data).await;
+            }
+            let (chunk, concurrent) = if size > PART as u64 {
+                (PART, PART_CONCURRENCY)
             } else {
-                (CHUNK, 1)
+                (PART, 1)
             };
             let mut w = self
                 .op

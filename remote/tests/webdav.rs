@@ -66,3 +66,34 @@ async fn server_killed_gives_a_typed_error_without_hanging() {
     assert!(err.is_unavailable(), "{err:?}");
     assert!(b.store.lookup_action(&entry.key).unwrap().is_none());
 }
+
+/// The streamed PUT is aborted when the local blob no longer hashes to its name: nothing
+/// appears under the blob's name, no temp upload is left, and no entry is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locally_corrupted_blob_is_not_uploaded() {
+    let Some(server) = start_nginx() else { return };
+    let remote = open(&url(&server, "lc"), &HashMap::new(), short_timeouts());
+    let a = local();
+    // Several MiB, so the PUT is under way when the mismatch is found at the end.
+    let entry = make_action(&a, 22, 5 * 1024 * 1024);
+    let model = entry.outputs["model"].digest();
+    let blob = a.store.blob_path(&model);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&blob, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    std::fs::write(&blob, pseudo_random(4321, 5 * 1024 * 1024)).unwrap();
+    let err = push_action(&*remote, &a.store, &entry).await.unwrap_err();
+    assert!(
+        matches!(err, heddle_remote::RemoteError::LocalCorrupt { digest, .. } if digest == model),
+        "{err:?}"
+    );
+    let dav = server.dir.path().join("dav/lc");
+    assert!(!dav.join(format!("cas/{model}")).exists());
+    assert!(!dav.join(format!("ac/{}.json", entry.key)).exists());
+    let leftovers: Vec<_> = std::fs::read_dir(dav.join("tmp"))
+        .map(|rd| rd.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
