@@ -120,6 +120,9 @@ fn axis_text(log: bool, v: f64) -> String {
     }
 }
 
+/// A series ready to draw: its colour index, its panel, its points on the drawn axes.
+type Drawn<'a> = (usize, Option<&'a str>, Vec<(f64, f64)>);
+
 /// One panel: the series of `panel`, on the shared ranges, coloured by their name's index.
 struct Panel<'a> {
     caption: Option<&'a str>,
@@ -223,7 +226,8 @@ fn legend_html(names: &[&str]) -> String {
 pub fn plot_html(spec: &PlotSpec) -> Result<String, HtmlError> {
     let names = distinct(spec.series.iter().map(|s| s.name.as_str()));
     let panels = distinct(spec.series.iter().map(|s| s.panel.as_deref().unwrap_or("")));
-    let drawn: Vec<(usize, Option<&str>, Vec<(f64, f64)>)> = spec
+    // (colour index, panel, points) per series.
+    let drawn: Vec<Drawn> = spec
         .series
         .iter()
         .map(|s| {
