@@ -1730,3 +1730,142 @@ mod tests {
         assert_eq!(humantime::format_duration(d).to_string(), "10m");
     }
 }
+
+/// Pins the exact key bytes of host and Docker instances (plain, matrix, gather, every container
+/// setting), so moving key assembly around provably changes no key.
+#[cfg(test)]
+mod key_pins {
+    use super::*;
+
+    const PIPELINE: &str = r#"
+[pipeline]
+name = "pins"
+
+[params]
+level = 3
+
+[stages.make]
+matrix = { k = [1, 2] }
+vars = { MODE = "fast" }
+run = "echo {{ matrix.k }} {{ params.level }} > {{ out.t }}"
+outputs = { t = "t.txt" }
+
+[stages.up]
+image = "heddle-pin:latest"
+gpus = 2
+devices = ["/dev/null:/dev/hailo0"]
+network = "bridge"
+shm_size = "64m"
+memory = "1g"
+cpus = 1.5
+user = "1000:1000"
+workdir = "/w"
+inputs = { t = "make[k=1].t" }
+run = "tr a-z A-Z < {{ in.t }} > {{ out.u }}"
+outputs = { u = "u.txt" }
+
+[stages.bare]
+image = "heddle-pin:latest"
+run = "true > {{ out.b }}"
+outputs = { b = "b.txt" }
+
+[stages.all]
+inputs = { ts = "make[*].t" }
+allow_failure = true
+run = "cat {{ in.ts }} > {{ out.a }}"
+outputs = { a = "a.txt" }
+"#;
+
+    fn context(dir: &Path) -> Context {
+        let file = dir.join("p.toml");
+        std::fs::write(&file, PIPELINE).unwrap();
+        let opts = crate::model::LoadOptions {
+            root: Some(dir.to_path_buf()),
+            ..Default::default()
+        };
+        let pipeline = crate::model::load(&file, &opts).expect("pipeline loads");
+        let plan = Arc::new(crate::plan::build(Arc::new(pipeline)).expect("plan builds"));
+        let store = Arc::new(Store::open(&dir.join("cache")).unwrap());
+        let image = ImageIdentity {
+            reference: "heddle-pin:latest".into(),
+            id: "sha256:0123456789abcdef".into(),
+            repo_digests: vec![],
+        };
+        Context {
+            plan,
+            store,
+            stats: Arc::new(StatCache::load(&dir.join("stats"))),
+            definitions: BTreeMap::new(),
+            repo_inputs: BTreeMap::new(),
+            envs: BTreeMap::new(),
+            images: [("heddle-pin:latest".to_string(), image)].into(),
+            unresolved: BTreeMap::new(),
+            host: Arc::new(crate::exec::host::HostExecutor),
+            docker: None,
+        }
+    }
+
+    /// Every instance's key, in plan order, with `make[k=2]` failed so the gather sees a
+    /// failed member.
+    fn keys(ctx: &Context) -> Vec<(String, String, Value)> {
+        let plan = &ctx.plan;
+        let mut done: Vec<Option<Done>> = vec![None; plan.instances.len()];
+        let mut out = Vec::new();
+        for &id in &plan.order {
+            let inst = &plan.instances[id];
+            let inputs = resolve_inputs(ctx, id, &done).expect("inputs resolve");
+            let parts = ctx.key_parts(id, &inputs);
+            out.push((
+                inst.label.clone(),
+                parts.digest().to_string(),
+                parts.executor.clone(),
+            ));
+            let mut status = ok_status(&inst.label, &inst.matrix.to_btree());
+            let mut outputs = BTreeMap::new();
+            if inst.label == "make[k=2]" {
+                status.status = Status::Failed;
+                status.tolerated = true;
+                status.error = Some("ExitCode: exit code 1".into());
+            } else {
+                for name in plan.stage_of(id).outputs.keys() {
+                    let entry = OutputEntry::File {
+                        digest: Digest::of_bytes(inst.label.as_bytes()),
+                        size: 3,
+                        executable: false,
+                    };
+                    outputs.insert(name.clone(), entry);
+                }
+            }
+            done[id] = Some(Done {
+                status,
+                outputs,
+                record: empty_record(plan.stage_of(id)),
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn key_bytes_are_pinned() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path());
+        let got = keys(&ctx);
+        let text: Vec<String> = got
+            .iter()
+            .map(|(l, k, e)| format!("{l} {k} {}", serde_json::to_string(e).unwrap()))
+            .collect();
+        let docker = r#"{"cpus":1.5,"devices":["/dev/null:/dev/hailo0"],"gpus":2,"image_id":"sha256:0123456789abcdef","kind":"docker","memory":"1g","network":"bridge","shm_size":"64m","user":"1000:1000","workdir":"/w"}"#;
+        let bare = r#"{"cpus":null,"devices":[],"gpus":null,"image_id":"sha256:0123456789abcdef","kind":"docker","memory":null,"network":"none","shm_size":null,"user":null,"workdir":null}"#;
+        let host = r#"{"kind":"host"}"#;
+        assert_eq!(
+            text,
+            [
+                format!("bare d0e8f9b95300e7d4a26f3aa0740bb762570bd91a1e695f9955230043300aeba1 {bare}"),
+                format!("make[k=1] 0fcab40ff2dce9fa7fd2e2290def32c3d49efbb5d72de82114680b280828eaac {host}"),
+                format!("make[k=2] 06b0649ae0fcca6f2af9f1d4416c7bd2222f3df82887fb9488b66f0a9348fe49 {host}"),
+                format!("all 080c4d1e4d138f3665c382b3d641e34469d506f67f6706839a7eda317bb8a096 {host}"),
+                format!("up 39ad2534e15f85d6853274a98e87153148bb51b5881ad5e10b360d339d60f7e2 {docker}"),
+            ]
+        );
+    }
+}
