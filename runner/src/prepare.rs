@@ -1,20 +1,50 @@
 //! Everything resolved between planning and running: digests of `uses` folders and repo inputs
 //! (through the stat cache, so unchanged files are not read), python envs, and each image
-//! reference's id. Problems here — no engine, a missing image, an env that will not build — stop
-//! the run before any stage starts.
+//! reference's id, gathered in one [`Context`] that keys, previews and the scheduler read.
+//! Problems here — no engine, a missing image, an env that will not build — stop the run before
+//! any stage starts.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::sync::Arc;
 
-use heddle_cache::{StatCache, Store};
+use heddle_cache::{Digest, StatCache, Store};
 use heddle_containers::{ContainerError, Engine, ImageIdentity, PullPolicy};
 
 use crate::exec::docker::DockerExecutor;
 use crate::exec::host::HostExecutor;
 use crate::exec::Executor;
+use crate::model::Stage;
 use crate::plan::{BoundInput, Plan};
-use crate::pyenv::{self, EnvError};
-use crate::sched::{definition_digests, Context};
+use crate::pyenv::{self, EnvError, EnvInfo};
+
+/// Everything resolved before the walk: definition and repo-file digests, envs, images.
+pub struct Context {
+    pub plan: Arc<Plan>,
+    pub store: Arc<Store>,
+    pub stats: Arc<StatCache>,
+    /// `uses` → relative file → digest.
+    pub definitions: BTreeMap<String, BTreeMap<String, String>>,
+    /// Repo input path (relative) → digest.
+    pub repo_inputs: BTreeMap<String, Digest>,
+    pub envs: BTreeMap<String, EnvInfo>,
+    /// Image reference → identity.
+    pub images: BTreeMap<String, ImageIdentity>,
+    /// Image reference → why it could not be resolved (plan/status only; `run` stops instead).
+    pub unresolved: BTreeMap<String, String>,
+    pub host: Arc<dyn Executor>,
+    pub docker: Option<Arc<dyn Executor>>,
+}
+
+impl Context {
+    /// The executor a stage runs on: Docker for a container stage when an engine is connected.
+    pub fn executor(&self, stage: &Stage) -> Arc<dyn Executor> {
+        match (&stage.container, &self.docker) {
+            (Some(_), Some(d)) => d.clone(),
+            _ => self.host.clone(),
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum PrepareError {
@@ -196,4 +226,37 @@ pub async fn prepare(
         host: Arc::new(HostExecutor),
         docker,
     })
+}
+
+/// Digest every file of a `uses` folder (skipping Python caches and dot files), through the
+/// stat cache: relative path (with `/`) → digest.
+pub fn definition_digests(
+    stats: &StatCache,
+    dir: &Path,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))? {
+            let e = e.map_err(|e| e.to_string())?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name == "__pycache__" || name.ends_with(".pyc") || name.starts_with(".") {
+                continue;
+            }
+            let p = e.path();
+            let ft = e.file_type().map_err(|e| e.to_string())?;
+            if ft.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p
+                    .strip_prefix(dir)
+                    .unwrap_or(&p)
+                    .to_string_lossy()
+                    .replace('\\', "/");
+                let dg = stats.hash(&p).map_err(|e| e.to_string())?;
+                out.insert(rel, dg.to_string());
+            }
+        }
+    }
+    Ok(out)
 }

@@ -4,6 +4,7 @@
 #[cfg(target_os = "linux")]
 pub mod contain;
 pub mod docker;
+pub mod failure;
 pub mod host;
 pub mod output;
 #[cfg(target_os = "linux")]
