@@ -90,13 +90,35 @@ pub async fn prepare(
     opts: PrepareOptions,
     log: &(dyn Fn(&str) + Sync),
 ) -> Result<Context, PrepareError> {
-    let p = &plan.pipeline;
+    let definitions = hash_definitions(&plan, &stats)?;
+    let repo_inputs = hash_repo_inputs(&plan, &stats)?;
+    let envs = resolve_envs(&plan, &store, &opts, log).await?;
+    let (images, unresolved, docker) = resolve_images(&plan, &opts).await?;
+    Ok(Context {
+        unresolved,
+        plan,
+        store,
+        stats,
+        definitions,
+        repo_inputs,
+        envs,
+        images,
+        host: Arc::new(HostExecutor),
+        docker,
+    })
+}
+
+/// `uses` → relative file → digest, for every stage definition the pipeline uses.
+fn hash_definitions(
+    plan: &Plan,
+    stats: &StatCache,
+) -> Result<BTreeMap<String, BTreeMap<String, String>>, PrepareError> {
     let mut definitions = BTreeMap::new();
-    for s in &p.stages {
+    for s in &plan.pipeline.stages {
         if let Some(d) = &s.def {
             if !definitions.contains_key(&d.uses) {
                 let files =
-                    definition_digests(&stats, &d.dir).map_err(|detail| PrepareError::Hash {
+                    definition_digests(stats, &d.dir).map_err(|detail| PrepareError::Hash {
                         what: format!("stage definition {}", d.dir.display()),
                         detail,
                     })?;
@@ -104,6 +126,14 @@ pub async fn prepare(
             }
         }
     }
+    Ok(definitions)
+}
+
+/// Repo input path (relative) → digest, for every repo file or folder an instance reads.
+fn hash_repo_inputs(
+    plan: &Plan,
+    stats: &StatCache,
+) -> Result<BTreeMap<String, Digest>, PrepareError> {
     let mut repo_inputs = BTreeMap::new();
     for inst in &plan.instances {
         for b in inst.inputs.values() {
@@ -124,7 +154,18 @@ pub async fn prepare(
             }
         }
     }
+    Ok(repo_inputs)
+}
 
+/// Each python env a stage uses: built if missing (`provision_envs`), else left out when not
+/// built yet.
+async fn resolve_envs(
+    plan: &Plan,
+    store: &Arc<Store>,
+    opts: &PrepareOptions,
+    log: &(dyn Fn(&str) + Sync),
+) -> Result<BTreeMap<String, EnvInfo>, PrepareError> {
+    let p = &plan.pipeline;
     let env_store = opts.env_store.clone().unwrap_or_else(|| store.clone());
     let used_envs: BTreeSet<&String> = p.stages.iter().filter_map(|s| s.env.as_ref()).collect();
     let mut envs = BTreeMap::new();
@@ -156,7 +197,24 @@ pub async fn prepare(
             envs.insert(name.clone(), i);
         }
     }
+    Ok(envs)
+}
 
+/// Identities found (reference → id), references that could not be resolved (with why; only
+/// when not `strict_images`), and the Docker executor over every engine connected.
+type ResolvedImages = (
+    BTreeMap<String, ImageIdentity>,
+    BTreeMap<String, String>,
+    Option<Arc<dyn Executor>>,
+);
+
+/// Resolve each image reference on its stage's engine (`docker_host`), pulling per its `pull`
+/// policy when strict; one reference must be one image id across engines.
+async fn resolve_images(
+    plan: &Plan,
+    opts: &PrepareOptions,
+) -> Result<ResolvedImages, PrepareError> {
+    let p = &plan.pipeline;
     let mut images = BTreeMap::new();
     let mut docker = None;
     let wanted: BTreeSet<(Option<String>, String, String)> = plan
@@ -213,19 +271,7 @@ pub async fn prepare(
         }
         docker = Some(Arc::new(DockerExecutor { engines }) as Arc<dyn Executor>);
     }
-
-    Ok(Context {
-        unresolved,
-        plan,
-        store,
-        stats,
-        definitions,
-        repo_inputs,
-        envs,
-        images,
-        host: Arc::new(HostExecutor),
-        docker,
-    })
+    Ok((images, unresolved, docker))
 }
 
 /// Digest every file of a `uses` folder (skipping Python caches and dot files), through the
