@@ -113,7 +113,7 @@ pub fn family(plan: &Plan, stage: &Stage) -> String {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ExecutorIdentity {
     Host,
-    Docker(DockerIdentity),
+    Docker(Box<DockerIdentity>),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -147,7 +147,7 @@ impl ExecutorIdentity {
         image: &str,
         gpus: Option<&GpuSpec>,
     ) -> ExecutorIdentity {
-        ExecutorIdentity::Docker(DockerIdentity {
+        ExecutorIdentity::Docker(Box::new(DockerIdentity {
             image_id: ctx.images.get(image).map(|i| i.id.clone()),
             gpus: gpus.map(GpuIdentity::of),
             devices: c.devices.clone(),
@@ -157,7 +157,7 @@ impl ExecutorIdentity {
             cpus: c.cpus,
             user: c.user.clone(),
             workdir: c.workdir.clone(),
-        })
+        }))
     }
 }
 
