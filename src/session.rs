@@ -16,8 +16,8 @@ use heddle_runner::sched::{self, RunOptions};
 use heddle_runner::shared_cache::SharedCache;
 
 use crate::error::Error;
-use crate::remote_cache::RemoteFlags;
 use crate::progress::{self, ProgressMode};
+use crate::remote_cache::RemoteFlags;
 
 /// The pipeline a command works on, as given on its command line.
 #[derive(clap::Args, Debug, Clone)]
@@ -53,7 +53,11 @@ impl Session {
         project_root: &Path,
         store: Arc<Store>,
     ) -> Result<Option<Arc<dyn SharedCache>>, Error> {
-        Ok(crate::remote_cache::open(project_root, &self.remote, store)?)
+        Ok(crate::remote_cache::open(
+            project_root,
+            &self.remote,
+            store,
+        )?)
     }
 
     /// Where `uses` finds heddle's own stage library, extracted from the binary.

@@ -175,7 +175,7 @@ fn key_changes(a: &InstanceRecord, b: &InstanceRecord) -> Vec<Change> {
             .and_then(|v| serde_json::from_value::<KeyParts>(v).ok())
     };
     match (parts(a), parts(b)) {
-        (Some(pa), Some(pb)) => heddle_runner::key::diff(&pa, &pb),
+        (Some(pa), Some(pb)) => heddle_runner::explain::diff(&pa, &pb),
         _ => Vec::new(),
     }
 }

@@ -422,4 +422,78 @@ mod tests {
         let earlier = Earlier::new(&[bad, no_matrix]);
         assert_eq!(explain_with(&parts("a", 0), &earlier), Reason::NeverRun);
     }
+
+    fn opt_parts() -> KeyParts {
+        KeyParts {
+            version: KEY_VERSION.into(),
+            stage: "opt".into(),
+            command: Command::Exec(vec!["python3".into()]),
+            executor: json!({"kind": "host"}),
+            definition: [("optimize.py".to_string(), "aa".to_string())].into(),
+            inputs: [("calib".to_string(), json!("11"))].into(),
+            params: [("precision".to_string(), json!("a16_w16"))].into(),
+            matrix: BTreeMap::new(),
+            vars: BTreeMap::new(),
+            env: None,
+            outputs: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn reasons_read_like_a_person_would_say_them() {
+        let old = opt_parts();
+        let mut new = opt_parts();
+        new.params.insert("precision".into(), json!("a8_w8"));
+        new.inputs.insert("calib".into(), json!("22"));
+        new.definition.insert("optimize.py".into(), "bb".into());
+        new.env = Some("e".into());
+        let text: Vec<String> = diff(&old, &new).iter().map(|c| c.to_string()).collect();
+        assert_eq!(
+            text,
+            vec![
+                "param precision a16_w16 → a8_w8",
+                "input calib changed",
+                "definition changed: optimize.py",
+                "env changed"
+            ]
+        );
+    }
+
+    #[test]
+    fn misses_are_explained_against_the_same_instance_only() {
+        let entry = |p: &KeyParts| ActionEntry {
+            key: p.digest(),
+            family: "f".into(),
+            key_parts: serde_json::to_value(p).unwrap(),
+            outputs: BTreeMap::new(),
+            duration_ms: 0,
+            created_unix_ms: 0,
+            meta: json!({}),
+        };
+        let mut a = opt_parts();
+        a.matrix.insert("k".into(), json!(1));
+        let earlier = Earlier::new(&[entry(&a)]);
+        let mut changed = a.clone();
+        changed.params.insert("precision".into(), json!("a8_w8"));
+        assert_eq!(
+            explain_with(&changed, &earlier).to_string(),
+            "param precision a16_w16 → a8_w8"
+        );
+        let mut sibling = a.clone();
+        sibling.matrix.insert("k".into(), json!(2));
+        assert_eq!(explain_with(&sibling, &earlier), Reason::NewInstance);
+        assert_eq!(explain_with(&a, &Earlier::default()), Reason::NeverRun);
+    }
+
+    #[test]
+    fn image_change_names_both_ids() {
+        let mut old = opt_parts();
+        old.executor = json!({"kind": "docker", "image_id": "sha256:aaaaaaaaaaaaaaaa"});
+        let mut new = opt_parts();
+        new.executor = json!({"kind": "docker", "image_id": "sha256:bbbbbbbbbbbbbbbb"});
+        assert_eq!(
+            diff(&old, &new)[0].to_string(),
+            "image changed (aaaaaaaaaaaa → bbbbbbbbbbbb)"
+        );
+    }
 }

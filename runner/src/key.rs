@@ -3,18 +3,23 @@
 //! A key is sha256 over a domain tag and the canonical JSON of [`KeyParts`]: one field per thing
 //! that can change a result, maps as `BTreeMap` so the encoding is canonical. The expanded parts
 //! are stored beside every action entry, so a miss is explained by diffing against the nearest
-//! earlier entry of the same stage ([`explain`], within a budget: see [`crate::explain`]).
+//! earlier entry of the same stage ([`crate::explain`], within a budget).
+//!
+//! [`KeyParts::for_instance`] is the one place an instance's key is assembled.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use heddle_cache::Digest;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{json, Value};
 
-pub use crate::explain::{diff, explain, explain_with, Earlier};
-use crate::model::value_text;
-use crate::render::Command;
+use crate::inputs::{member_ok_fn, Resolved};
+use crate::model::{value_text, ContainerOpts, Stage};
+use crate::plan::Plan;
+use crate::prepare::Context;
+use crate::render::{render, Command, PathLayout};
+use crate::spec::GpuSpec;
 
 /// Bump when the encoding of [`KeyParts`] changes: every old entry becomes a miss.
 /// v1: first format.
@@ -26,7 +31,9 @@ pub struct KeyParts {
     pub stage: String,
     /// The command rendered with the container layout (`/heddle/in/...`), so no host path enters.
     pub command: Command,
-    /// `{"kind":"host"}` or the container's image id and device/GPU/limit settings.
+    /// `{"kind":"host"}` or the container's image id and device/GPU/limit settings: an
+    /// [`ExecutorIdentity`] as JSON. Kept as data because parts are also read back from entries
+    /// and lock files written by other heddle versions, and compared field by field.
     pub executor: Value,
     /// Relative path → digest of every file in the `uses` folder.
     pub definition: BTreeMap<String, String>,
@@ -42,12 +49,144 @@ pub struct KeyParts {
 }
 
 impl KeyParts {
+    /// The key of instance `id` of `ctx`'s plan, given its resolved inputs.
+    pub fn for_instance(ctx: &Context, id: usize, inputs: &BTreeMap<String, Resolved>) -> KeyParts {
+        let plan = &ctx.plan;
+        let inst = &plan.instances[id];
+        let stage = plan.stage_of(id);
+        let ok = member_ok_fn(inputs);
+        let command = render(plan, inst, &PathLayout::virtual_root(), &ok)
+            .expect("templates were checked at plan time");
+        let mut vars = stage.vars.clone();
+        for k in &stage.pass_env {
+            vars.insert(format!("${k}"), std::env::var(k).unwrap_or_default());
+        }
+        let executor = match (&stage.container, &inst.image) {
+            (Some(c), Some(image)) => ExecutorIdentity::docker(ctx, c, image, inst.gpus.as_ref()),
+            _ => ExecutorIdentity::Host,
+        };
+        KeyParts {
+            version: KEY_VERSION.into(),
+            stage: stage.name.clone(),
+            command,
+            executor: serde_json::to_value(&executor).expect("executor identity serialises"),
+            definition: stage
+                .def
+                .as_ref()
+                .and_then(|d| ctx.definitions.get(&d.uses).cloned())
+                .unwrap_or_default(),
+            inputs: inputs
+                .iter()
+                .map(|(k, r)| (k.clone(), input_identity(r)))
+                .collect(),
+            params: inst.params.clone(),
+            matrix: inst.matrix.to_btree(),
+            vars,
+            env: stage
+                .env
+                .as_ref()
+                .and_then(|e| ctx.envs.get(e))
+                .map(|e| e.identity.clone()),
+            outputs: stage.outputs.clone(),
+        }
+    }
+
     pub fn digest(&self) -> Digest {
         let mut bytes = Vec::with_capacity(1024);
         bytes.extend_from_slice(KEY_VERSION.as_bytes());
         bytes.push(0);
         serde_json::to_writer(&mut bytes, self).expect("key parts serialise");
         Digest::of_bytes(&bytes)
+    }
+}
+
+/// The family an action entry is filed under, `<pipeline>/<stage>`: misses are explained
+/// against earlier entries of the same family.
+pub fn family(plan: &Plan, stage: &Stage) -> String {
+    format!("{}/{}", plan.pipeline.name, stage.name)
+}
+
+/// Where a command runs, as it enters the key: `{"kind":"host"}`, or `{"kind":"docker", ...}`
+/// with the image id (not the tag) and every container setting that can change a result.
+/// Fields are in the order of the key format's first (untyped) spelling.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ExecutorIdentity {
+    Host,
+    Docker(Box<DockerIdentity>),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DockerIdentity {
+    /// `None` when the reference could not be resolved (a preview without an engine).
+    pub image_id: Option<String>,
+    pub gpus: Option<GpuIdentity>,
+    pub devices: Vec<String>,
+    pub network: String,
+    pub shm_size: Option<String>,
+    pub memory: Option<String>,
+    pub cpus: Option<f64>,
+    pub user: Option<String>,
+    pub workdir: Option<String>,
+}
+
+/// GPUs as they enter the key: spelled out (`"none"`, `"all"`, a count, ids), not through a
+/// Debug derive that could change.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum GpuIdentity {
+    Word(&'static str),
+    Count(i64),
+    Ids(Vec<String>),
+}
+
+impl ExecutorIdentity {
+    fn docker(
+        ctx: &Context,
+        c: &ContainerOpts,
+        image: &str,
+        gpus: Option<&GpuSpec>,
+    ) -> ExecutorIdentity {
+        ExecutorIdentity::Docker(Box::new(DockerIdentity {
+            image_id: ctx.images.get(image).map(|i| i.id.clone()),
+            gpus: gpus.map(GpuIdentity::of),
+            devices: c.devices.clone(),
+            network: c.network.as_str().to_string(),
+            shm_size: c.shm_size.clone(),
+            memory: c.memory.clone(),
+            cpus: c.cpus,
+            user: c.user.clone(),
+            workdir: c.workdir.clone(),
+        }))
+    }
+}
+
+impl GpuIdentity {
+    fn of(g: &GpuSpec) -> GpuIdentity {
+        match g {
+            GpuSpec::None | GpuSpec::Template(_) => GpuIdentity::Word("none"),
+            GpuSpec::All => GpuIdentity::Word("all"),
+            GpuSpec::Count(n) => GpuIdentity::Count(*n),
+            GpuSpec::Ids(v) => GpuIdentity::Ids(v.clone()),
+        }
+    }
+}
+
+/// An input as it enters the key: a digest, or per gather member its folder, status and digest
+/// (or its error and cause, for an allowed failure).
+fn input_identity(r: &Resolved) -> Value {
+    match r {
+        Resolved::Path { digest, .. } => json!(digest.to_string()),
+        Resolved::One { entry, .. } => json!(entry.digest().to_string()),
+        Resolved::Gather { members, .. } => Value::Array(
+            members
+                .iter()
+                .map(|m| match &m.entry {
+                    Some(e) => json!({"member": m.dir, "status": m.status.status, "digest": e.digest().to_string()}),
+                    None => json!({"member": m.dir, "status": m.status.status, "error": m.status.error, "cause": m.status.cause.as_ref().map(|c| &c.label)}),
+                })
+                .collect(),
+        ),
     }
 }
 
@@ -180,7 +319,6 @@ fn short_id(id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use heddle_cache::ActionEntry;
     use serde_json::json;
 
     fn parts() -> KeyParts {
@@ -207,62 +345,164 @@ mod tests {
         b.params.insert("precision".into(), json!("a8_w8"));
         assert_ne!(a.digest(), b.digest());
     }
+}
+
+/// Pins the exact key bytes of host and Docker instances (plain, matrix, gather, every container
+/// setting), so moving key assembly around provably changes no key.
+#[cfg(test)]
+mod key_pins {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use heddle_cache::{OutputEntry, StatCache, Store};
+    use heddle_containers::ImageIdentity;
+
+    use super::*;
+    use crate::inputs::{resolve_inputs, Upstream};
+    use crate::record::{Status, StatusRecord};
+
+    const PIPELINE: &str = r#"
+[pipeline]
+name = "pins"
+
+[params]
+level = 3
+
+[stages.make]
+matrix = { k = [1, 2] }
+vars = { MODE = "fast" }
+run = "echo {{ matrix.k }} {{ params.level }} > {{ out.t }}"
+outputs = { t = "t.txt" }
+
+[stages.up]
+image = "heddle-pin:latest"
+gpus = 2
+devices = ["/dev/null:/dev/hailo0"]
+network = "bridge"
+shm_size = "64m"
+memory = "1g"
+cpus = 1.5
+user = "1000:1000"
+workdir = "/w"
+inputs = { t = "make[k=1].t" }
+run = "tr a-z A-Z < {{ in.t }} > {{ out.u }}"
+outputs = { u = "u.txt" }
+
+[stages.bare]
+image = "heddle-pin:latest"
+run = "true > {{ out.b }}"
+outputs = { b = "b.txt" }
+
+[stages.all]
+inputs = { ts = "make[*].t" }
+allow_failure = true
+run = "cat {{ in.ts }} > {{ out.a }}"
+outputs = { a = "a.txt" }
+"#;
+
+    fn context(dir: &Path) -> Context {
+        let file = dir.join("p.toml");
+        std::fs::write(&file, PIPELINE).unwrap();
+        let opts = crate::model::LoadOptions {
+            root: Some(dir.to_path_buf()),
+            ..Default::default()
+        };
+        let pipeline = crate::model::load(&file, &opts).expect("pipeline loads");
+        let plan = Arc::new(crate::plan::build(Arc::new(pipeline)).expect("plan builds"));
+        let store = Arc::new(Store::open(&dir.join("cache")).unwrap());
+        let image = ImageIdentity {
+            reference: "heddle-pin:latest".into(),
+            id: "sha256:0123456789abcdef".into(),
+            repo_digests: vec![],
+        };
+        Context {
+            plan,
+            store,
+            stats: Arc::new(StatCache::load(&dir.join("stats"))),
+            definitions: BTreeMap::new(),
+            repo_inputs: BTreeMap::new(),
+            envs: BTreeMap::new(),
+            images: [("heddle-pin:latest".to_string(), image)].into(),
+            unresolved: BTreeMap::new(),
+            host: Arc::new(crate::exec::host::HostExecutor),
+            docker: None,
+        }
+    }
+
+    /// Every instance's key, in plan order, with `make[k=2]` failed so the gather sees a
+    /// failed member.
+    fn keys(ctx: &Context) -> Vec<(String, String, Value)> {
+        let plan = &ctx.plan;
+        let mut done: Vec<Option<Up>> = vec![None; plan.instances.len()];
+        let mut out = Vec::new();
+        for &id in &plan.order {
+            let inst = &plan.instances[id];
+            let inputs = resolve_inputs(ctx, id, &done).expect("inputs resolve");
+            let parts = KeyParts::for_instance(ctx, id, &inputs);
+            out.push((
+                inst.label.clone(),
+                parts.digest().to_string(),
+                parts.executor.clone(),
+            ));
+            let mut status = StatusRecord::ok(&inst.label, inst.matrix.to_btree());
+            let mut outputs = BTreeMap::new();
+            if inst.label == "make[k=2]" {
+                status.status = Status::Failed;
+                status.tolerated = true;
+                status.error = Some("ExitCode: exit code 1".into());
+                status.error_class = Some(crate::record::ErrorClass::ExitCode);
+            } else {
+                for name in plan.stage_of(id).outputs.keys() {
+                    let entry = OutputEntry::File {
+                        digest: Digest::of_bytes(inst.label.as_bytes()),
+                        size: 3,
+                        executable: false,
+                    };
+                    outputs.insert(name.clone(), entry);
+                }
+            }
+            done[id] = Some(Up { status, outputs });
+        }
+        out
+    }
+
+    /// A finished upstream: how it ended and what it produced.
+    #[derive(Clone)]
+    struct Up {
+        status: StatusRecord,
+        outputs: BTreeMap<String, OutputEntry>,
+    }
+
+    impl Upstream for Up {
+        fn status(&self) -> &StatusRecord {
+            &self.status
+        }
+        fn outputs(&self) -> &BTreeMap<String, OutputEntry> {
+            &self.outputs
+        }
+    }
 
     #[test]
-    fn reasons_read_like_a_person_would_say_them() {
-        let old = parts();
-        let mut new = parts();
-        new.params.insert("precision".into(), json!("a8_w8"));
-        new.inputs.insert("calib".into(), json!("22"));
-        new.definition.insert("optimize.py".into(), "bb".into());
-        new.env = Some("e".into());
-        let text: Vec<String> = diff(&old, &new).iter().map(|c| c.to_string()).collect();
+    fn key_bytes_are_pinned() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path());
+        let got = keys(&ctx);
+        let text: Vec<String> = got
+            .iter()
+            .map(|(l, k, e)| format!("{l} {k} {}", serde_json::to_string(e).unwrap()))
+            .collect();
+        let docker = r#"{"cpus":1.5,"devices":["/dev/null:/dev/hailo0"],"gpus":2,"image_id":"sha256:0123456789abcdef","kind":"docker","memory":"1g","network":"bridge","shm_size":"64m","user":"1000:1000","workdir":"/w"}"#;
+        let bare = r#"{"cpus":null,"devices":[],"gpus":null,"image_id":"sha256:0123456789abcdef","kind":"docker","memory":null,"network":"none","shm_size":null,"user":null,"workdir":null}"#;
+        let host = r#"{"kind":"host"}"#;
         assert_eq!(
             text,
-            vec![
-                "param precision a16_w16 → a8_w8",
-                "input calib changed",
-                "definition changed: optimize.py",
-                "env changed"
+            [
+                format!("bare d0e8f9b95300e7d4a26f3aa0740bb762570bd91a1e695f9955230043300aeba1 {bare}"),
+                format!("make[k=1] 0fcab40ff2dce9fa7fd2e2290def32c3d49efbb5d72de82114680b280828eaac {host}"),
+                format!("make[k=2] 06b0649ae0fcca6f2af9f1d4416c7bd2222f3df82887fb9488b66f0a9348fe49 {host}"),
+                format!("all 080c4d1e4d138f3665c382b3d641e34469d506f67f6706839a7eda317bb8a096 {host}"),
+                format!("up 39ad2534e15f85d6853274a98e87153148bb51b5881ad5e10b360d339d60f7e2 {docker}"),
             ]
-        );
-    }
-
-    #[test]
-    fn misses_are_explained_against_the_same_instance_only() {
-        let entry = |p: &KeyParts| ActionEntry {
-            key: p.digest(),
-            family: "f".into(),
-            key_parts: serde_json::to_value(p).unwrap(),
-            outputs: BTreeMap::new(),
-            duration_ms: 0,
-            created_unix_ms: 0,
-            meta: json!({}),
-        };
-        let mut a = parts();
-        a.matrix.insert("k".into(), json!(1));
-        let earlier = Earlier::new(&[entry(&a)]);
-        let mut changed = a.clone();
-        changed.params.insert("precision".into(), json!("a8_w8"));
-        assert_eq!(
-            explain_with(&changed, &earlier).to_string(),
-            "param precision a16_w16 → a8_w8"
-        );
-        let mut sibling = a.clone();
-        sibling.matrix.insert("k".into(), json!(2));
-        assert_eq!(explain_with(&sibling, &earlier), Reason::NewInstance);
-        assert_eq!(explain_with(&a, &Earlier::default()), Reason::NeverRun);
-    }
-
-    #[test]
-    fn image_change_names_both_ids() {
-        let mut old = parts();
-        old.executor = json!({"kind": "docker", "image_id": "sha256:aaaaaaaaaaaaaaaa"});
-        let mut new = parts();
-        new.executor = json!({"kind": "docker", "image_id": "sha256:bbbbbbbbbbbbbbbb"});
-        assert_eq!(
-            diff(&old, &new)[0].to_string(),
-            "image changed (aaaaaaaaaaaa → bbbbbbbbbbbb)"
         );
     }
 }

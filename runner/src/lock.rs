@@ -9,10 +9,11 @@ use heddle_cache::{Digest, OutputEntry};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::key::{diff, KeyParts, Reason};
+use crate::explain::diff;
+use crate::key::{KeyParts, Reason};
 use crate::plan::Plan;
-use crate::record::{Cause, RunRecord, Status, StatusRecord};
-use crate::sched::{History, PlanRow};
+use crate::preview::{History, PlanRow};
+use crate::record::{Cause, ErrorClass, RunRecord, Status, StatusRecord};
 
 /// Bump when the layout changes. v1: first format.
 pub const LOCK_VERSION: u32 = 1;
@@ -224,7 +225,7 @@ impl History for LockFile {
                 .error
                 .as_deref()
                 .and_then(|e| e.split(':').next())
-                .map(str::to_string),
+                .map(|c| ErrorClass::from(c.to_string())),
             error: if status == Status::Failed {
                 l.error.clone()
             } else {

@@ -1,20 +1,50 @@
 //! Everything resolved between planning and running: digests of `uses` folders and repo inputs
 //! (through the stat cache, so unchanged files are not read), python envs, and each image
-//! reference's id. Problems here — no engine, a missing image, an env that will not build — stop
-//! the run before any stage starts.
+//! reference's id, gathered in one [`Context`] that keys, previews and the scheduler read.
+//! Problems here — no engine, a missing image, an env that will not build — stop the run before
+//! any stage starts.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::sync::Arc;
 
-use heddle_cache::{StatCache, Store};
+use heddle_cache::{Digest, StatCache, Store};
 use heddle_containers::{ContainerError, Engine, ImageIdentity, PullPolicy};
 
 use crate::exec::docker::DockerExecutor;
 use crate::exec::host::HostExecutor;
 use crate::exec::Executor;
+use crate::model::Stage;
 use crate::plan::{BoundInput, Plan};
-use crate::pyenv::{self, EnvError};
-use crate::sched::{definition_digests, Context};
+use crate::pyenv::{self, EnvError, EnvInfo};
+
+/// Everything resolved before the walk: definition and repo-file digests, envs, images.
+pub struct Context {
+    pub plan: Arc<Plan>,
+    pub store: Arc<Store>,
+    pub stats: Arc<StatCache>,
+    /// `uses` → relative file → digest.
+    pub definitions: BTreeMap<String, BTreeMap<String, String>>,
+    /// Repo input path (relative) → digest.
+    pub repo_inputs: BTreeMap<String, Digest>,
+    pub envs: BTreeMap<String, EnvInfo>,
+    /// Image reference → identity.
+    pub images: BTreeMap<String, ImageIdentity>,
+    /// Image reference → why it could not be resolved (plan/status only; `run` stops instead).
+    pub unresolved: BTreeMap<String, String>,
+    pub host: Arc<dyn Executor>,
+    pub docker: Option<Arc<dyn Executor>>,
+}
+
+impl Context {
+    /// The executor a stage runs on: Docker for a container stage when an engine is connected.
+    pub fn executor(&self, stage: &Stage) -> Arc<dyn Executor> {
+        match (&stage.container, &self.docker) {
+            (Some(_), Some(d)) => d.clone(),
+            _ => self.host.clone(),
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum PrepareError {
@@ -60,13 +90,35 @@ pub async fn prepare(
     opts: PrepareOptions,
     log: &(dyn Fn(&str) + Sync),
 ) -> Result<Context, PrepareError> {
-    let p = &plan.pipeline;
+    let definitions = hash_definitions(&plan, &stats)?;
+    let repo_inputs = hash_repo_inputs(&plan, &stats)?;
+    let envs = resolve_envs(&plan, &store, &opts, log).await?;
+    let (images, unresolved, docker) = resolve_images(&plan, &opts).await?;
+    Ok(Context {
+        unresolved,
+        plan,
+        store,
+        stats,
+        definitions,
+        repo_inputs,
+        envs,
+        images,
+        host: Arc::new(HostExecutor),
+        docker,
+    })
+}
+
+/// `uses` → relative file → digest, for every stage definition the pipeline uses.
+fn hash_definitions(
+    plan: &Plan,
+    stats: &StatCache,
+) -> Result<BTreeMap<String, BTreeMap<String, String>>, PrepareError> {
     let mut definitions = BTreeMap::new();
-    for s in &p.stages {
+    for s in &plan.pipeline.stages {
         if let Some(d) = &s.def {
             if !definitions.contains_key(&d.uses) {
                 let files =
-                    definition_digests(&stats, &d.dir).map_err(|detail| PrepareError::Hash {
+                    definition_digests(stats, &d.dir).map_err(|detail| PrepareError::Hash {
                         what: format!("stage definition {}", d.dir.display()),
                         detail,
                     })?;
@@ -74,6 +126,14 @@ pub async fn prepare(
             }
         }
     }
+    Ok(definitions)
+}
+
+/// Repo input path (relative) → digest, for every repo file or folder an instance reads.
+fn hash_repo_inputs(
+    plan: &Plan,
+    stats: &StatCache,
+) -> Result<BTreeMap<String, Digest>, PrepareError> {
     let mut repo_inputs = BTreeMap::new();
     for inst in &plan.instances {
         for b in inst.inputs.values() {
@@ -94,7 +154,18 @@ pub async fn prepare(
             }
         }
     }
+    Ok(repo_inputs)
+}
 
+/// Each python env a stage uses: built if missing (`provision_envs`), else left out when not
+/// built yet.
+async fn resolve_envs(
+    plan: &Plan,
+    store: &Arc<Store>,
+    opts: &PrepareOptions,
+    log: &(dyn Fn(&str) + Sync),
+) -> Result<BTreeMap<String, EnvInfo>, PrepareError> {
+    let p = &plan.pipeline;
     let env_store = opts.env_store.clone().unwrap_or_else(|| store.clone());
     let used_envs: BTreeSet<&String> = p.stages.iter().filter_map(|s| s.env.as_ref()).collect();
     let mut envs = BTreeMap::new();
@@ -126,7 +197,24 @@ pub async fn prepare(
             envs.insert(name.clone(), i);
         }
     }
+    Ok(envs)
+}
 
+/// Identities found (reference → id), references that could not be resolved (with why; only
+/// when not `strict_images`), and the Docker executor over every engine connected.
+type ResolvedImages = (
+    BTreeMap<String, ImageIdentity>,
+    BTreeMap<String, String>,
+    Option<Arc<dyn Executor>>,
+);
+
+/// Resolve each image reference on its stage's engine (`docker_host`), pulling per its `pull`
+/// policy when strict; one reference must be one image id across engines.
+async fn resolve_images(
+    plan: &Plan,
+    opts: &PrepareOptions,
+) -> Result<ResolvedImages, PrepareError> {
+    let p = &plan.pipeline;
     let mut images = BTreeMap::new();
     let mut docker = None;
     let wanted: BTreeSet<(Option<String>, String, String)> = plan
@@ -183,17 +271,38 @@ pub async fn prepare(
         }
         docker = Some(Arc::new(DockerExecutor { engines }) as Arc<dyn Executor>);
     }
+    Ok((images, unresolved, docker))
+}
 
-    Ok(Context {
-        unresolved,
-        plan,
-        store,
-        stats,
-        definitions,
-        repo_inputs,
-        envs,
-        images,
-        host: Arc::new(HostExecutor),
-        docker,
-    })
+/// Digest every file of a `uses` folder (skipping Python caches and dot files), through the
+/// stat cache: relative path (with `/`) → digest.
+pub fn definition_digests(
+    stats: &StatCache,
+    dir: &Path,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))? {
+            let e = e.map_err(|e| e.to_string())?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name == "__pycache__" || name.ends_with(".pyc") || name.starts_with(".") {
+                continue;
+            }
+            let p = e.path();
+            let ft = e.file_type().map_err(|e| e.to_string())?;
+            if ft.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p
+                    .strip_prefix(dir)
+                    .unwrap_or(&p)
+                    .to_string_lossy()
+                    .replace('\\', "/");
+                let dg = stats.hash(&p).map_err(|e| e.to_string())?;
+                out.insert(rel, dg.to_string());
+            }
+        }
+    }
+    Ok(out)
 }

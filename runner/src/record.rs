@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-pub use heddle_schema::{Cause, InstanceRecord, RunRecord, RunStatus, Status, StatusRecord};
+pub use heddle_schema::{
+    Cause, ErrorClass, InstanceRecord, RunRecord, RunStatus, Status, StatusRecord,
+};
 
 pub fn runs_dir(root: &Path) -> PathBuf {
     root.join(".heddle").join("runs")
@@ -147,5 +149,34 @@ mod tests {
     fn civil_dates() {
         assert_eq!(civil(0), (1970, 1, 1, 0, 0, 0));
         assert_eq!(civil(1_796_212_800), (2026, 12, 2, 12, 0, 0));
+    }
+
+    #[test]
+    fn error_classes_are_their_bare_names_in_records() {
+        let status = StatusRecord::failed("a", BTreeMap::new(), ErrorClass::Timeout, "t".into());
+        let text = serde_json::to_string(&status).unwrap();
+        assert!(text.contains(r#""error_class":"Timeout""#), "{text}");
+        for name in [
+            "Interrupted",
+            "UnsafeOutput",
+            "AttributeError",
+            "InputModified",
+        ] {
+            let class = ErrorClass::from(name.to_string());
+            assert_eq!(
+                serde_json::to_string(&class).unwrap(),
+                format!("\"{name}\"")
+            );
+            let back: ErrorClass = serde_json::from_str(&format!("\"{name}\"")).unwrap();
+            assert_eq!(back, class);
+        }
+        assert_eq!(
+            ErrorClass::from("AttributeError".to_string()),
+            ErrorClass::Stage("AttributeError".into())
+        );
+        assert_eq!(
+            ErrorClass::from("Interrupted".to_string()),
+            ErrorClass::Interrupted
+        );
     }
 }

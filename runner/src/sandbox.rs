@@ -14,12 +14,20 @@
 //! leaves its folder unlocked, and the next run (when its pool is made) or `gc` removes it,
 //! while the folder of a run still going is locked and left alone. The folder is made at the
 //! first sandbox, so a run that executes nothing creates nothing.
+//!
+//! Inputs are laid out here too ([`lay_out`]), and checked after the command ran
+//! ([`check_inputs`]): the sandbox is the only place a stage sees them.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use std::collections::BTreeMap;
+
 use heddle_cache::scratch::{remove_tree, RunScratch};
+use heddle_cache::{error_chain, OutputEntry, Store};
+
+use crate::inputs::Resolved;
 
 /// Sandboxes not in use, ready to be cleaned for the next stage.
 pub struct SandboxPool {
@@ -179,6 +187,106 @@ fn ensure_empty_dir(dir: &Path) -> std::io::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir(dir),
         Err(e) => Err(e),
     }
+}
+
+/// Put inputs where the command expects them: `in/<name>/<file>`, gathered members as
+/// `in/<name>/<k=v,...>/` with `matrix.json`, `status.json` and the file. The sandbox already
+/// holds empty `in/<name>/` and `out/<name>/` folders ([`SandboxPool::acquire`]).
+pub fn lay_out(
+    store: &Store,
+    sb: &Path,
+    inputs: &BTreeMap<String, Resolved>,
+) -> Result<(), String> {
+    let mk = |p: &Path| std::fs::create_dir_all(p).map_err(|e| format!("{}: {e}", p.display()));
+    for (name, r) in inputs {
+        let dir = sb.join("in").join(name);
+        match r {
+            Resolved::Path { abs, .. } => {
+                let file = abs
+                    .file_name()
+                    .map(|f| f.to_os_string())
+                    .unwrap_or_default();
+                copy_readonly(abs, &dir.join(file))?;
+            }
+            Resolved::One { entry, file } => {
+                store
+                    .link_into(entry, &dir.join(file))
+                    .map_err(|e| error_chain(&e))?;
+            }
+            Resolved::Gather { file, members } => {
+                for m in members {
+                    let d = dir.join(&m.dir);
+                    mk(&d)?;
+                    let write = |n: &str, v: &dyn erased::Json| {
+                        std::fs::write(d.join(n), v.json()).map_err(|e| e.to_string())
+                    };
+                    write("matrix.json", &m.status.matrix)?;
+                    write("status.json", &m.status)?;
+                    if let Some(e) = &m.entry {
+                        store
+                            .link_into(e, &d.join(file))
+                            .map_err(|e| error_chain(&e))?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// [`Store::check_fed`] for every blob laid out as an input, naming the input on failure.
+pub fn check_inputs(store: &Store, inputs: &BTreeMap<String, Resolved>) -> Result<(), String> {
+    for (name, r) in inputs {
+        let entries: Vec<&OutputEntry> = match r {
+            Resolved::Path { .. } => continue,
+            Resolved::One { entry, .. } => vec![entry],
+            Resolved::Gather { members, .. } => {
+                members.iter().filter_map(|m| m.entry.as_ref()).collect()
+            }
+        };
+        for entry in entries {
+            store.check_fed(entry).map_err(|e| {
+                format!(
+                    "input `{name}` was modified while the stage ran (by this stage or one \
+                     beside it); it must be treated as read-only: {}",
+                    error_chain(&e)
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+mod erased {
+    pub trait Json {
+        fn json(&self) -> Vec<u8>;
+    }
+    impl<T: serde::Serialize> Json for T {
+        fn json(&self) -> Vec<u8> {
+            serde_json::to_vec_pretty(self).expect("serialisable")
+        }
+    }
+}
+
+/// A repo file or folder copied (reflinked where possible) into the sandbox, read-only, so a
+/// stage cannot change the user's file through its input path.
+fn copy_readonly(src: &Path, dest: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(src).map_err(|e| format!("{}: {e}", src.display()))?;
+    if meta.is_dir() {
+        std::fs::create_dir_all(dest).map_err(|e| e.to_string())?;
+        for e in std::fs::read_dir(src).map_err(|e| e.to_string())? {
+            let e = e.map_err(|e| e.to_string())?;
+            copy_readonly(&e.path(), &dest.join(e.file_name()))?;
+        }
+        return Ok(());
+    }
+    reflink_copy::reflink_or_copy(src, dest)
+        .map_err(|e| format!("failed to copy {}: {e}", src.display()))?;
+    let mut perm = std::fs::metadata(dest)
+        .map_err(|e| e.to_string())?
+        .permissions();
+    perm.set_readonly(true);
+    std::fs::set_permissions(dest, perm).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ pub struct StatusRecord {
     pub exit_code: Option<i64>,
     /// `AttributeError`, `Timeout`, `OutOfMemory`, `Interrupted`, `ExitCode`, …
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error_class: Option<String>,
+    pub error_class: Option<ErrorClass>,
     /// One line: `AttributeError: 'function' object has no attribute …`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -46,6 +46,130 @@ pub struct StatusRecord {
     pub tolerated: bool,
     #[serde(default)]
     pub matrix: BTreeMap<String, Value>,
+}
+
+impl StatusRecord {
+    /// A success: no error, no cause.
+    pub fn ok(label: &str, matrix: BTreeMap<String, Value>) -> StatusRecord {
+        StatusRecord {
+            label: label.to_string(),
+            status: Status::Ok,
+            exit_code: None,
+            error_class: None,
+            error: None,
+            stderr_tail: None,
+            cause: None,
+            tolerated: false,
+            matrix,
+        }
+    }
+
+    /// A failure of class `class`, described by the one line `error`.
+    pub fn failed(
+        label: &str,
+        matrix: BTreeMap<String, Value>,
+        class: ErrorClass,
+        error: String,
+    ) -> StatusRecord {
+        StatusRecord {
+            status: Status::Failed,
+            error_class: Some(class),
+            error: Some(error),
+            ..StatusRecord::ok(label, matrix)
+        }
+    }
+
+    /// Skipped because `cause` did not succeed (`tolerated`: it was an allowed failure).
+    pub fn skipped(
+        label: &str,
+        matrix: BTreeMap<String, Value>,
+        cause: Cause,
+        tolerated: bool,
+    ) -> StatusRecord {
+        StatusRecord {
+            status: Status::Skipped,
+            cause: Some(cause),
+            tolerated,
+            ..StatusRecord::ok(label, matrix)
+        }
+    }
+}
+
+/// How an instance failed. heddle's own classes are variants; a class the stage named (its
+/// `$HEDDLE_ERROR_FILE`, or a traceback's last `Name: message` line) is kept as written. In
+/// records it is the bare name (`"Timeout"`, `"AttributeError"`), so readers match on text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum ErrorClass {
+    /// heddle itself could not do its part (a sandbox, a lay-out, the engine).
+    HeddleError,
+    /// A bug: the instance's task panicked.
+    InternalError,
+    /// Stopped by Ctrl-C or a signal before it finished: not a stage failure.
+    Interrupted,
+    /// A non-zero exit with no error line to name it.
+    ExitCode,
+    Signal,
+    OutOfMemory,
+    Timeout,
+    /// A stage wrote through an input's hard link into the cache.
+    InputModified,
+    MissingOutput,
+    /// An output the cache refuses: a symlink, or a tree that escapes its folder.
+    UnsafeOutput,
+    /// The class the stage reported, e.g. `AttributeError`.
+    Stage(String),
+}
+
+impl ErrorClass {
+    pub fn as_str(&self) -> &str {
+        match self {
+            ErrorClass::HeddleError => "HeddleError",
+            ErrorClass::InternalError => "InternalError",
+            ErrorClass::Interrupted => "Interrupted",
+            ErrorClass::ExitCode => "ExitCode",
+            ErrorClass::Signal => "Signal",
+            ErrorClass::OutOfMemory => "OutOfMemory",
+            ErrorClass::Timeout => "Timeout",
+            ErrorClass::InputModified => "InputModified",
+            ErrorClass::MissingOutput => "MissingOutput",
+            ErrorClass::UnsafeOutput => "UnsafeOutput",
+            ErrorClass::Stage(s) => s,
+        }
+    }
+}
+
+impl From<String> for ErrorClass {
+    fn from(s: String) -> ErrorClass {
+        match s.as_str() {
+            "HeddleError" => ErrorClass::HeddleError,
+            "InternalError" => ErrorClass::InternalError,
+            "Interrupted" => ErrorClass::Interrupted,
+            "ExitCode" => ErrorClass::ExitCode,
+            "Signal" => ErrorClass::Signal,
+            "OutOfMemory" => ErrorClass::OutOfMemory,
+            "Timeout" => ErrorClass::Timeout,
+            "InputModified" => ErrorClass::InputModified,
+            "MissingOutput" => ErrorClass::MissingOutput,
+            "UnsafeOutput" => ErrorClass::UnsafeOutput,
+            _ => ErrorClass::Stage(s),
+        }
+    }
+}
+
+impl From<ErrorClass> for String {
+    fn from(c: ErrorClass) -> String {
+        match c {
+            ErrorClass::Stage(s) => s,
+            other => other.as_str().to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -183,7 +183,9 @@ async fn push(
     lock: Option<&Path>,
 ) -> Result<i32, Error> {
     let root = s.project_root();
-    let remote = s.open_remote(&root, store.clone())?.ok_or(Error::NoRemote)?;
+    let remote = s
+        .open_remote(&root, store.clone())?
+        .ok_or(Error::NoRemote)?;
     let keys: Vec<Digest> = match lock {
         Some(path) => LockFile::read(path)?
             .instances

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use heddle_runner::lock::{self, LockFile};
 use heddle_runner::plan::Plan;
-use heddle_runner::record::{self, RunRecord, RunStatus, Status};
+use heddle_runner::record::{self, ErrorClass, RunRecord, RunStatus, Status};
 use heddle_runner::sched::{self, RunOptions};
 
 use crate::error::{Error, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, EXIT_STAGE_FAILED};
@@ -34,10 +34,6 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
     progress: ProgressMode,
 }
-
-/// The error class the scheduler gives a failure that is heddle's own (storing or
-/// materialising outputs in the cache, taking host-wide units), not the stage's.
-const HEDDLE_ERROR_CLASS: &str = "HeddleError";
 
 pub async fn run(s: &Session, a: &RunArgs) -> Result<i32, Error> {
     let plan = Arc::new(s.load_plan(&a.p)?);
@@ -152,7 +148,7 @@ fn exit_code(rec: &RunRecord) -> i32 {
             let environment = rec.instances.iter().any(|(_, r)| {
                 r.status.status == Status::Failed
                     && !r.status.tolerated
-                    && r.status.error_class.as_deref() == Some(HEDDLE_ERROR_CLASS)
+                    && r.status.error_class == Some(ErrorClass::HeddleError)
             });
             if environment {
                 EXIT_INVALID

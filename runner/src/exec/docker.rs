@@ -13,11 +13,16 @@ use std::path::Path;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use heddle_containers::{ContainerOutcome, ContainerSpec, Engine, Mount};
+use heddle_containers::{
+    parse_size, ContainerOutcome, ContainerSpec, Engine, GpuRequest, ImageIdentity, Mount,
+    NetworkMode,
+};
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::{Cancel, ExecError, ExecOutcome, ExecRequest, Executor};
+use super::{Cancel, ContainerRequest, ExecError, ExecOutcome, ExecRequest, Executor};
+use crate::model::ContainerOpts;
 use crate::render::{Command, PathLayout};
+use crate::spec::GpuSpec;
 
 /// Time between SIGTERM and SIGKILL when a container stage is timed out or interrupted.
 const GRACE: Duration = Duration::from_secs(3);
@@ -29,6 +34,43 @@ const REMOVE_WAIT: Duration = Duration::from_secs(15);
 #[derive(Clone, Default)]
 pub struct DockerExecutor {
     pub engines: BTreeMap<Option<String>, Engine>,
+}
+
+impl ContainerRequest {
+    /// A container stage's settings (`c`) as the engine takes them, for an instance of image
+    /// reference `image` with its rendered `gpus`; the image by id when it was resolved.
+    pub fn for_instance(
+        images: &BTreeMap<String, ImageIdentity>,
+        c: &ContainerOpts,
+        image: &str,
+        gpus: Option<&GpuSpec>,
+    ) -> ContainerRequest {
+        ContainerRequest {
+            image_id: images
+                .get(image)
+                .map(|i| i.id.clone())
+                .unwrap_or_else(|| image.to_string()),
+            gpus: match gpus {
+                None | Some(GpuSpec::None) | Some(GpuSpec::Template(_)) => GpuRequest::None,
+                Some(GpuSpec::All) => GpuRequest::All,
+                Some(GpuSpec::Count(n)) => GpuRequest::Count(*n as u32),
+                Some(GpuSpec::Ids(v)) => GpuRequest::Ids(v.clone()),
+            },
+            devices: c.devices.clone(),
+            network: match c.network.as_str() {
+                "host" => NetworkMode::Host,
+                "bridge" => NetworkMode::Bridge,
+                _ => NetworkMode::None,
+            },
+            shm_size: c.shm_size.as_deref().and_then(|s| parse_size(s).ok()),
+            memory: c.memory.as_deref().and_then(|s| parse_size(s).ok()),
+            cpus: c.cpus,
+            user: c.user.clone(),
+            workdir: c.workdir.clone(),
+            docker_host: c.docker_host.clone(),
+            transfer: c.transfer,
+        }
+    }
 }
 
 impl Executor for DockerExecutor {
@@ -111,7 +153,7 @@ impl Executor for DockerExecutor {
                 ("heddle.run".to_string(), req.run_id.clone()),
                 ("heddle.instance".to_string(), req.label.clone()),
                 ("heddle.pid".to_string(), std::process::id().to_string()),
-                ("heddle.host".to_string(), crate::sched::hostname()),
+                ("heddle.host".to_string(), crate::hostname::hostname()),
                 (
                     "heddle.engine".to_string(),
                     c.docker_host.clone().unwrap_or_else(|| "default".into()),

@@ -5,6 +5,7 @@ pub mod cmd_exe;
 #[cfg(target_os = "linux")]
 pub mod contain;
 pub mod docker;
+pub mod failure;
 pub mod host;
 pub mod output;
 #[cfg(target_os = "linux")]

@@ -1,0 +1,131 @@
+//! An instance's inputs as it receives them: a repo file with its digest, one upstream output,
+//! or a gather of every member's status and output. Resolved from finished upstreams by both
+//! the scheduler and the preview, and read by the key ([`crate::key`]) and the sandbox
+//! ([`crate::sandbox`]).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use heddle_cache::{Digest, OutputEntry};
+
+use crate::names::path_segment;
+use crate::plan::{member_dir, BoundInput};
+use crate::prepare::Context;
+use crate::record::{Cause, InstanceRecord, Status, StatusRecord};
+use crate::render::input_file_name;
+
+/// An input as the instance receives it.
+#[derive(Debug, Clone)]
+pub enum Resolved {
+    Path { abs: PathBuf, digest: Digest },
+    One { entry: OutputEntry, file: String },
+    Gather { file: String, members: Vec<Member> },
+}
+
+/// One member of a gather: its instance id, its folder name (`k=v,...`), how it ended and, if
+/// it succeeded, its output.
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub id: usize,
+    pub dir: String,
+    pub status: StatusRecord,
+    pub entry: Option<OutputEntry>,
+}
+
+/// What a dependent reads of a finished upstream: how it ended and what it produced.
+pub trait Upstream {
+    fn status(&self) -> &StatusRecord;
+    fn outputs(&self) -> &BTreeMap<String, OutputEntry>;
+}
+
+impl<T: Upstream> Upstream for Box<T> {
+    fn status(&self) -> &StatusRecord {
+        (**self).status()
+    }
+    fn outputs(&self) -> &BTreeMap<String, OutputEntry> {
+        (**self).outputs()
+    }
+}
+
+impl Upstream for InstanceRecord {
+    fn status(&self) -> &StatusRecord {
+        &self.status
+    }
+    fn outputs(&self) -> &BTreeMap<String, OutputEntry> {
+        &self.outputs
+    }
+}
+
+/// Resolve an instance's inputs from finished upstreams (`done`, indexed by instance id), or
+/// say which upstream skips it and whether that upstream's failure was allowed.
+pub fn resolve_inputs<D: Upstream>(
+    ctx: &Context,
+    id: usize,
+    done: &[Option<D>],
+) -> Result<BTreeMap<String, Resolved>, (Cause, bool)> {
+    let plan = &ctx.plan;
+    let finished = |d: usize| done[d].as_ref().expect("dependency finished");
+    let mut out = BTreeMap::new();
+    for (name, b) in &plan.instances[id].inputs {
+        let r = match b {
+            BoundInput::Path { rel, abs } => Resolved::Path {
+                abs: abs.clone(),
+                digest: ctx.repo_inputs[rel],
+            },
+            BoundInput::One { from, output } => {
+                let d = finished(*from);
+                if d.status().status != Status::Ok {
+                    return Err((cause_of(d.status()), d.status().tolerated));
+                }
+                Resolved::One {
+                    entry: d.outputs()[output].clone(),
+                    file: input_file_name(plan, b),
+                }
+            }
+            BoundInput::Gather { members, output } => {
+                let mut ms = Vec::with_capacity(members.len());
+                for &m in members {
+                    let d = finished(m);
+                    if d.status().status != Status::Ok && !d.status().tolerated {
+                        return Err((cause_of(d.status()), false));
+                    }
+                    ms.push(Member {
+                        id: m,
+                        dir: path_segment(&member_dir(&plan.instances[m].matrix)).into_owned(),
+                        status: d.status().clone(),
+                        entry: d.outputs().get(output).cloned(),
+                    });
+                }
+                Resolved::Gather {
+                    file: input_file_name(plan, b),
+                    members: ms,
+                }
+            }
+        };
+        out.insert(name.clone(), r);
+    }
+    Ok(out)
+}
+
+/// The failure a skip names: the upstream's own cause when it was itself skipped.
+pub fn cause_of(s: &StatusRecord) -> Cause {
+    match &s.cause {
+        Some(c) => c.clone(),
+        None => Cause {
+            label: s.label.clone(),
+            error: s.error.clone(),
+        },
+    }
+}
+
+/// Whether gathered member `m` succeeded: [`crate::render::render`] lists only their files.
+pub fn member_ok_fn(inputs: &BTreeMap<String, Resolved>) -> impl Fn(usize) -> bool + '_ {
+    move |m| {
+        inputs.values().any(|r| match r {
+            Resolved::Gather { members, .. } => members
+                .iter()
+                .any(|mb| mb.id == m && mb.status.status == Status::Ok),
+            _ => false,
+        })
+    }
+}

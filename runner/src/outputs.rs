@@ -1,0 +1,112 @@
+//! Where an instance's outputs live outside the cache: `out/<pipeline>/<label>/<file>` under the
+//! project root. Collecting takes a finished command's declared outputs from its sandbox into
+//! the cache and materialises them there; restoring does the same for a cache hit, skipping
+//! files already in place.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use heddle_cache::{error_chain, ActionEntry, CacheError, Digest, OutputEntry, StatCache, Store};
+
+use crate::names::path_segment;
+use crate::plan::Plan;
+use crate::record::ErrorClass;
+
+/// Stored outputs (name → entry) and where they were materialised (name → absolute path).
+pub type Collected = (BTreeMap<String, OutputEntry>, BTreeMap<String, String>);
+
+/// Where an instance's outputs are materialised: `out/<pipeline>/<label>/<file>`, the label
+/// made a safe folder name ([`path_segment`]: a matrix value is data, not a path).
+pub fn output_dir(plan: &Plan, label: &str) -> PathBuf {
+    let base = plan.pipeline.root.join("out").join(&plan.pipeline.name);
+    if label.is_empty() {
+        base
+    } else {
+        base.join(path_segment(label).as_ref())
+    }
+}
+
+/// Paths made relative to the project root, so records travel between checkouts.
+pub fn relative_paths(root: &Path, paths: BTreeMap<String, String>) -> BTreeMap<String, String> {
+    paths
+        .into_iter()
+        .map(|(k, p)| {
+            let rel = Path::new(&p)
+                .strip_prefix(root)
+                .map(|r| r.to_string_lossy().into_owned())
+                .unwrap_or(p);
+            (k, rel)
+        })
+        .collect()
+}
+
+/// A cache hit: the action recorded under `key` with its outputs materialised in `dir`
+/// (`files`: output name → file name), or `None` when there is none or it cannot be restored.
+pub fn restore(
+    store: &Store,
+    stats: &StatCache,
+    key: &Digest,
+    dir: &Path,
+    files: &BTreeMap<String, String>,
+) -> Option<(ActionEntry, BTreeMap<String, String>)> {
+    let entry = store.lookup_action(key).ok().flatten()?;
+    let mut paths = BTreeMap::new();
+    for (name, out) in &entry.outputs {
+        let file = files.get(name)?;
+        let dest = dir.join(file);
+        if !store.is_materialized(out, &dest, stats) {
+            std::fs::create_dir_all(dir).ok()?;
+            store.materialize(out, &dest).ok()?;
+            stats.record(&dest, out.digest());
+        }
+        paths.insert(name.clone(), dest.to_string_lossy().into_owned());
+    }
+    Some((entry, paths))
+}
+
+/// Take every declared output (`files`: name → file name) from `sandbox/out/<name>/<file>` into
+/// the store, then materialise them in `dir`. A missing or unsafe output fails the instance.
+pub fn collect(
+    store: &Store,
+    stats: &StatCache,
+    sandbox: &Path,
+    dir: &Path,
+    files: &BTreeMap<String, String>,
+) -> Result<Collected, (ErrorClass, String)> {
+    let mut outs = BTreeMap::new();
+    for (name, file) in files {
+        let p = sandbox.join("out").join(name).join(file);
+        if std::fs::symlink_metadata(&p).is_err() {
+            return Err((
+                ErrorClass::MissingOutput,
+                format!("output `{name}` ({file}) was not written"),
+            ));
+        }
+        let entry = store.adopt_output(&p).map_err(|e| {
+            let class = match e {
+                CacheError::SymlinkOutput { .. } | CacheError::UnsafeTree { .. } => {
+                    ErrorClass::UnsafeOutput
+                }
+                _ => ErrorClass::HeddleError,
+            };
+            (class, error_chain(&e))
+        })?;
+        outs.insert(name.clone(), entry);
+    }
+    std::fs::create_dir_all(dir).map_err(|e| {
+        (
+            ErrorClass::HeddleError,
+            format!("failed to create {}: {e}", dir.display()),
+        )
+    })?;
+    let mut paths = BTreeMap::new();
+    for (name, entry) in &outs {
+        let dest = dir.join(&files[name]);
+        store
+            .materialize(entry, &dest)
+            .map_err(|e| (ErrorClass::HeddleError, error_chain(&e)))?;
+        stats.record(&dest, entry.digest());
+        paths.insert(name.clone(), dest.to_string_lossy().into_owned());
+    }
+    Ok((outs, paths))
+}

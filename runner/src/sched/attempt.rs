@@ -1,0 +1,243 @@
+//! One execution of an instance's command in a fresh sandbox, in named steps: lay out the
+//! inputs, build the request (command, environment, logs, container settings), run it while
+//! forwarding its lines, read what it reported, name its failure, check its inputs, and
+//! collect its outputs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use heddle_cache::OutputEntry;
+use serde_json::Value;
+use tokio::sync::mpsc::unbounded_channel;
+
+use crate::exec::failure::{classify, Failure};
+use crate::exec::{base_env, ContainerRequest, ExecOutcome, ExecRequest, Executor};
+use crate::inputs::{member_ok_fn, Resolved};
+use crate::names::path_segment;
+use crate::outputs::{collect, output_dir, relative_paths};
+use crate::record::{ErrorClass, InstanceRecord, StatusRecord};
+use crate::render::render;
+use crate::sandbox::{check_inputs, lay_out, Sandbox};
+
+use super::outcome::{cancelled, failed, heddle_error};
+use super::{blocking, Event, Shared};
+
+/// Run instance `id` once: its stored outputs, or how it failed.
+pub(super) async fn attempt_once(
+    sh: &Shared,
+    id: usize,
+    inputs: &BTreeMap<String, Resolved>,
+    exec: &dyn Executor,
+    record: &mut InstanceRecord,
+) -> Result<BTreeMap<String, OutputEntry>, StatusRecord> {
+    let inst = &sh.ctx.plan.instances[id];
+    let sandbox = open_sandbox(sh, id, inputs)
+        .await
+        .map_err(|e| heddle_error(inst, e))?;
+    let sb = sandbox.path().to_path_buf();
+    let req = request(sh, id, inputs, exec, &sb, record);
+    let stderr_log = req.stderr_log.clone();
+    let t_exec = Instant::now();
+    let outcome = run(sh, id, exec, req).await;
+    tracing::debug!(label = %inst.label, ms = t_exec.elapsed().as_secs_f64() * 1e3, "executed");
+    let t_collect = Instant::now();
+    read_facts(sh, id, &facts_file(&sb), record);
+    let outcome = outcome.map_err(|e| heddle_error(inst, e.to_string()))?;
+    if let Some(f) = classify(&outcome, &error_file(&sb), &stderr_log) {
+        return Err(match outcome {
+            ExecOutcome::Cancelled => cancelled(inst, f),
+            _ => failed(inst, f),
+        });
+    }
+    let tail = || crate::exec::output::tail_of(&stderr_log);
+    let failure = |class, error, exit_code| Failure {
+        class,
+        error,
+        exit_code,
+        stderr_tail: tail(),
+    };
+    // A host stage sees its inputs as hard links to blobs: a write through one (as root the
+    // read-only mode does not stop it) must fail this stage and every stage that held the
+    // blob, before any of them stores a result.
+    let (store, ins) = (sh.ctx.store.clone(), inputs.clone());
+    if let Err(e) = blocking(move || check_inputs(&store, &ins)).await {
+        return Err(failed(inst, failure(ErrorClass::InputModified, e, None)));
+    }
+    let collected = collect_outputs(sh, id, sandbox).await;
+    tracing::debug!(label = %inst.label, ms = t_collect.elapsed().as_secs_f64() * 1e3, "collected");
+    match collected {
+        Ok((outs, paths)) => {
+            record.output_paths = relative_paths(&sh.ctx.plan.pipeline.root, paths);
+            Ok(outs)
+        }
+        Err((class, msg)) => Err(failed(inst, failure(class, msg, Some(0)))),
+    }
+}
+
+/// Where the stage may name its own failure (`$HEDDLE_ERROR_FILE`).
+fn error_file(sb: &Path) -> PathBuf {
+    sb.join("work").join(".heddle-error.json")
+}
+
+/// Where the stage may report facts about where it ran (`$HEDDLE_FACTS_FILE`).
+fn facts_file(sb: &Path) -> PathBuf {
+    sb.join("work").join(".heddle-facts.json")
+}
+
+/// A sandbox from the pool with the inputs laid out in it.
+async fn open_sandbox(
+    sh: &Shared,
+    id: usize,
+    inputs: &BTreeMap<String, Resolved>,
+) -> Result<Sandbox, String> {
+    let in_names: Vec<String> = inputs.keys().cloned().collect();
+    let out_names: Vec<String> = sh.ctx.plan.stage_of(id).outputs.keys().cloned().collect();
+    let pool = sh.sandboxes.clone();
+    let sandbox = blocking(move || pool.acquire(&in_names, &out_names)).await?;
+    let (store, ins, sb) = (
+        sh.ctx.store.clone(),
+        inputs.clone(),
+        sandbox.path().to_path_buf(),
+    );
+    blocking(move || lay_out(&store, &sb, &ins))
+        .await
+        .map_err(|e| format!("failed to lay out inputs: {e}"))?;
+    Ok(sandbox)
+}
+
+/// The execution request: the command rendered for the executor's layout, its environment,
+/// its log files (named in the record) and, for a container stage, the container settings.
+fn request(
+    sh: &Shared,
+    id: usize,
+    inputs: &BTreeMap<String, Resolved>,
+    exec: &dyn Executor,
+    sb: &Path,
+    record: &mut InstanceRecord,
+) -> ExecRequest {
+    let ctx = &sh.ctx;
+    let inst = &ctx.plan.instances[id];
+    let stage = ctx.plan.stage_of(id);
+    let stage_dir = stage.def.as_ref().map(|d| d.dir.clone());
+    let layout = exec.layout(sb, stage_dir.as_deref());
+    let ok = member_ok_fn(inputs);
+    let command =
+        render(&ctx.plan, inst, &layout, &ok).expect("templates were checked at plan time");
+    record.command = Some(command.display());
+    let safe = path_segment(&inst.label);
+    let stdout_log = sh.logs_dir.join(format!("{safe}.out"));
+    let stderr_log = sh.logs_dir.join(format!("{safe}.err"));
+    record.logs = Some([
+        stdout_log.to_string_lossy().into_owned(),
+        stderr_log.to_string_lossy().into_owned(),
+    ]);
+    let container = match (&stage.container, &inst.image) {
+        (Some(c), Some(image)) => Some(ContainerRequest::for_instance(
+            &ctx.images,
+            c,
+            image,
+            inst.gpus.as_ref(),
+        )),
+        _ => None,
+    };
+    ExecRequest {
+        label: inst.label.clone(),
+        run_id: sh.opts.run_id.clone(),
+        command,
+        sandbox: sb.to_path_buf(),
+        stage_dir,
+        env: environment(sh, id, sb),
+        timeout: stage.timeout,
+        stdout_log,
+        stderr_log,
+        container,
+    }
+}
+
+/// The command's environment: the host's base (not in a container, where the host's PATH and
+/// HOME mean nothing), the python env, passed-through and declared variables, and heddle's own.
+fn environment(sh: &Shared, id: usize, sb: &Path) -> BTreeMap<String, String> {
+    let ctx = &sh.ctx;
+    let stage = ctx.plan.stage_of(id);
+    let mut env = if stage.container.is_some() {
+        BTreeMap::new()
+    } else {
+        base_env()
+    };
+    if let Some(e) = stage.env.as_ref().and_then(|e| ctx.envs.get(e)) {
+        let path = env.get("PATH").cloned().unwrap_or_default();
+        let joined =
+            std::env::join_paths(std::iter::once(e.bin_dir()).chain(std::env::split_paths(&path)))
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or(path);
+        env.insert("PATH".into(), joined);
+        env.insert("VIRTUAL_ENV".into(), e.dir.to_string_lossy().into_owned());
+    }
+    for k in &stage.pass_env {
+        if let Ok(v) = std::env::var(k) {
+            env.insert(k.clone(), v);
+        }
+    }
+    env.extend(stage.vars.clone());
+    let path_text = |p: PathBuf| p.to_string_lossy().into_owned();
+    env.insert("HEDDLE_ERROR_FILE".into(), path_text(error_file(sb)));
+    env.insert(
+        "HEDDLE_INSTANCE".into(),
+        ctx.plan.instances[id].label.clone(),
+    );
+    env.insert("HEDDLE_FACTS_FILE".into(), path_text(facts_file(sb)));
+    env.insert("HEDDLE_RUN_ID".into(), sh.opts.run_id.clone());
+    env
+}
+
+/// Execute, forwarding each output line to the display.
+async fn run(
+    sh: &Shared,
+    id: usize,
+    exec: &dyn Executor,
+    req: ExecRequest,
+) -> Result<ExecOutcome, crate::exec::ExecError> {
+    let (ltx, mut lrx) = unbounded_channel::<String>();
+    let events = sh.events.clone();
+    let fwd = tokio::spawn(async move {
+        while let Some(line) = lrx.recv().await {
+            let _ = events.send(Event::Line { id, line });
+        }
+    });
+    let outcome = exec.execute(req, ltx, sh.cancel.clone()).await;
+    let _ = fwd.await;
+    outcome
+}
+
+/// Facts a stage reports about where it ran (a device's identity and firmware, say).
+fn read_facts(sh: &Shared, id: usize, facts_file: &Path, record: &mut InstanceRecord) {
+    let Ok(text) = std::fs::read_to_string(facts_file) else {
+        return;
+    };
+    match serde_json::from_str::<Value>(&text) {
+        Ok(v) => record.facts = Some(v),
+        Err(e) => {
+            let _ = sh.events.send(Event::Message(format!(
+                "{}: HEDDLE_FACTS_FILE is not JSON ({e}); ignored",
+                sh.ctx.plan.instances[id].label
+            )));
+        }
+    }
+}
+
+/// Store the declared outputs and materialise them; the sandbox goes back to its pool after.
+async fn collect_outputs(
+    sh: &Shared,
+    id: usize,
+    sandbox: Sandbox,
+) -> Result<crate::outputs::Collected, (ErrorClass, String)> {
+    let plan = &sh.ctx.plan;
+    let (store, stats) = (sh.ctx.store.clone(), sh.ctx.stats.clone());
+    let files = plan.stage_of(id).outputs.clone();
+    let dir = output_dir(plan, &plan.instances[id].label);
+    let sb = sandbox.path().to_path_buf();
+    let collected = blocking(move || collect(&store, &stats, &sb, &dir, &files)).await;
+    drop(sandbox);
+    collected
+}

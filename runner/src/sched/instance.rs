@@ -1,0 +1,344 @@
+//! One instance's life, in named steps: its key and record, a cache hit, the reason it runs,
+//! its resources and job slot, single flight on its key, the attempts, and storing the result.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use heddle_cache::{ActionEntry, Digest, KeyLock, OutputEntry};
+use serde_json::json;
+use tokio::sync::SemaphorePermit;
+
+use crate::explain::{explain_with, Earlier};
+use crate::host_pool::{self, HostPoolError, HostUnits};
+use crate::inputs::Resolved;
+use crate::key::{family, KeyParts, Reason};
+use crate::outputs::{output_dir, relative_paths, restore};
+use crate::record::{ErrorClass, InstanceRecord, StatusRecord};
+
+use super::attempt::attempt_once;
+use super::commit::Commit;
+use super::outcome::{conclude, empty_record, heddle_error, interrupted_before_start};
+use super::{blocking, now_ms, Event, Shared};
+
+/// One instance, start to end.
+pub(super) async fn process(
+    sh: &Arc<Shared>,
+    id: usize,
+    inputs: BTreeMap<String, Resolved>,
+) -> InstanceRecord {
+    let stage = sh.ctx.plan.stage_of(id);
+    let t0 = sh.started.elapsed();
+    let parts = KeyParts::for_instance(&sh.ctx, id, &inputs);
+    let key = parts.digest();
+    let cacheable = sh.opts.may_use_cache(stage);
+    let mut record = keyed_record(sh, id, &parts, &key, t0);
+    if cacheable {
+        if let Some(hit) = find_hit(sh, id, &key) {
+            return serve_hit(sh, id, record, hit);
+        }
+        if let Some(hit) = find_remote_hit(sh, id, &key).await {
+            record.remote = true;
+            return serve_hit(sh, id, record, hit);
+        }
+    }
+    record.reason = why_it_runs(sh, id, &parts).await.to_string();
+    let _held = match hold_resources(sh, id).await {
+        Ok(held) => held,
+        Err(status) => return conclude(sh, id, record, status),
+    };
+    let key_lock = if cacheable {
+        let lock = match single_flight(sh, id, &key).await {
+            Ok(lock) => lock,
+            Err(status) => return conclude(sh, id, record, status),
+        };
+        // Whoever held the key has just computed it.
+        if let Some(hit) = find_hit(sh, id, &key) {
+            return serve_hit(sh, id, record, hit);
+        }
+        lock
+    } else {
+        None
+    };
+    let outputs = execute(sh, id, &inputs, &mut record, t0).await;
+    match outputs {
+        Ok(outputs) => {
+            if stage.cache {
+                commit(sh, id, &parts, key, &outputs, &record, key_lock);
+            }
+            let inst = &sh.ctx.plan.instances[id];
+            record.outputs = outputs;
+            let status = StatusRecord::ok(&inst.label, inst.matrix.to_btree());
+            conclude(sh, id, record, status)
+        }
+        Err(mut status) => {
+            status.tolerated =
+                stage.allow_failure && status.status == crate::record::Status::Failed;
+            conclude(sh, id, record, status)
+        }
+    }
+}
+
+/// The record as far as the key tells: the key, its parts, inputs, env and image.
+fn keyed_record(
+    sh: &Shared,
+    id: usize,
+    parts: &KeyParts,
+    key: &Digest,
+    t0: Duration,
+) -> InstanceRecord {
+    let ctx = &sh.ctx;
+    let inst = &ctx.plan.instances[id];
+    let mut record = empty_record(ctx.plan.stage_of(id));
+    record.cache_key = Some(key.to_string());
+    record.key_parts = serde_json::to_value(parts).ok();
+    record.inputs = parts.inputs.clone();
+    record.env_identity = parts.env.clone();
+    record.image = inst.image.as_ref().map(|r| {
+        let identity = ctx.images.get(r);
+        json!({
+            "reference": r,
+            "id": identity.map(|i| i.id.clone()),
+            "repo_digests": identity.map(|i| i.repo_digests.clone()),
+        })
+    });
+    record.start_ms = t0.as_millis() as u64;
+    record
+}
+
+/// A cache hit: the action under `key` with its outputs restored (skipping ones already in
+/// place). Inline, not on the blocking pool: a hit is a few small reads and stats, and a thread
+/// hand-off per instance is what a no-op rerun of a long chain would otherwise spend.
+fn find_hit(sh: &Shared, id: usize, key: &Digest) -> Option<Hit> {
+    let plan = &sh.ctx.plan;
+    let dir = output_dir(plan, &plan.instances[id].label);
+    let files = &plan.stage_of(id).outputs;
+    restore(&sh.ctx.store, &sh.ctx.stats, key, &dir, files)
+}
+
+/// Read-through: on a local miss, ask the shared cache; what it brings is verified and in the
+/// local store before [`find_hit`] serves it from there.
+async fn find_remote_hit(sh: &Shared, id: usize, key: &Digest) -> Option<Hit> {
+    let gate = sh.opts.remote.as_ref()?;
+    if !gate.fetch(*key).await {
+        return None;
+    }
+    find_hit(sh, id, key)
+}
+
+/// The action found and where its outputs were materialised.
+type Hit = (ActionEntry, BTreeMap<String, String>);
+
+/// End the instance as served from the cache.
+fn serve_hit(sh: &Shared, id: usize, mut record: InstanceRecord, hit: Hit) -> InstanceRecord {
+    let plan = &sh.ctx.plan;
+    let inst = &plan.instances[id];
+    let (entry, paths) = hit;
+    record.cached = true;
+    record.reason = "cached".into();
+    record.outputs = entry.outputs;
+    record.output_paths = relative_paths(&plan.pipeline.root, paths);
+    record.end_ms = sh.started.elapsed().as_millis() as u64;
+    let status = StatusRecord::ok(&inst.label, inst.matrix.to_btree());
+    conclude(sh, id, record, status)
+}
+
+/// Why a miss runs: forced, `--no-cache`, `cache = false`, or how its key differs from the
+/// nearest earlier entry of its family (loaded once per family per run, even when a whole
+/// matrix misses at once).
+async fn why_it_runs(sh: &Shared, id: usize, parts: &KeyParts) -> Reason {
+    let plan = &sh.ctx.plan;
+    let stage = plan.stage_of(id);
+    if let Some(reason) = sh.opts.runs_regardless(stage) {
+        return reason;
+    }
+    let fam = family(plan, stage);
+    let cell = sh
+        .families
+        .lock()
+        .expect("families")
+        .entry(fam.clone())
+        .or_default()
+        .clone();
+    let earlier = cell
+        .get_or_init(|| async {
+            let st = sh.ctx.store.clone();
+            let entries = blocking(move || st.actions_in_family(&fam).unwrap_or_default()).await;
+            Earlier::new(&entries)
+        })
+        .await;
+    explain_with(parts, earlier)
+}
+
+/// What a running instance holds until it ends: resource units, host-wide units, a job slot.
+struct Held<'a> {
+    _permits: Vec<SemaphorePermit<'a>>,
+    _host_units: Vec<HostUnits>,
+    _job: SemaphorePermit<'a>,
+}
+
+/// Resource units first, then a job slot, in a fixed order so waiters cannot deadlock. An
+/// interrupt while waiting, or a host-wide pool that cannot be taken, ends the instance.
+async fn hold_resources(sh: &Shared, id: usize) -> Result<Held<'_>, StatusRecord> {
+    let plan = &sh.ctx.plan;
+    let inst = &plan.instances[id];
+    let stopped = || interrupted_before_start(inst);
+    let mut permits = Vec::new();
+    let mut host_units = Vec::new();
+    for (pool, n) in &plan.stage_of(id).resources {
+        tokio::select! {
+            p = sh.pools[pool].acquire_many(*n) => permits.push(p.expect("pool open")),
+            _ = sh.cancel.graceful.cancelled() => return Err(stopped()),
+        }
+        if plan.pipeline.host_pools.contains(pool) {
+            let units = plan.pipeline.resources[pool];
+            tokio::select! {
+                u = take_host_units(sh, pool, units, *n, &inst.label) => match u {
+                    Ok(u) => host_units.push(u),
+                    Err(e) => return Err(heddle_error(inst, heddle_cache::error_chain(&e))),
+                },
+                _ = sh.cancel.graceful.cancelled() => return Err(stopped()),
+            }
+        }
+    }
+    let job = tokio::select! {
+        p = sh.jobs.acquire() => p.expect("jobs open"),
+        _ = sh.cancel.graceful.cancelled() => return Err(stopped()),
+    };
+    Ok(Held {
+        _permits: permits,
+        _host_units: host_units,
+        _job: job,
+    })
+}
+
+/// Take `want` units of a host-wide pool ([`crate::host_pool`]), polling while they are
+/// held by other heddle processes and saying once who holds them.
+async fn take_host_units(
+    sh: &Shared,
+    pool: &str,
+    units: u32,
+    want: u32,
+    label: &str,
+) -> Result<HostUnits, HostPoolError> {
+    let dir = host_pool::lock_dir();
+    let mut told = false;
+    loop {
+        let who = (sh.opts.run_id.as_str(), label);
+        if let Some(u) = host_pool::try_take(&dir, pool, units, want, who)? {
+            return Ok(u);
+        }
+        if !told {
+            told = true;
+            let held: Vec<String> = host_pool::holders(&dir)
+                .into_iter()
+                .filter(|h| h.pool == pool)
+                .map(|h| {
+                    format!(
+                        "pid {} run {} ({})",
+                        h.pid.map_or("?".into(), |p| p.to_string()),
+                        h.run_id,
+                        h.instance
+                    )
+                })
+                .collect();
+            let _ = sh.events.send(Event::Message(format!(
+                "{label}: waiting for host-wide `{pool}`, held by {}",
+                held.join(", ")
+            )));
+        }
+        tokio::time::sleep(host_pool::POLL).await;
+    }
+}
+
+/// Single flight: whoever holds the key computes it; the others wait, then take the hit. A
+/// lock that cannot be taken at all (a read-only cache) is run without.
+async fn single_flight(
+    sh: &Shared,
+    id: usize,
+    key: &Digest,
+) -> Result<Option<KeyLock>, StatusRecord> {
+    let inst = &sh.ctx.plan.instances[id];
+    match sh.ctx.store.try_lock_key(key) {
+        Ok(Some(l)) => Ok(Some(l)),
+        Ok(None) => {
+            let _ = sh.events.send(Event::Message(format!(
+                "{}: waiting for another heddle computing the same key",
+                inst.label
+            )));
+            let (st, key) = (sh.ctx.store.clone(), *key);
+            let wait = blocking(move || st.lock_key(&key));
+            tokio::select! {
+                l = wait => Ok(l.ok()),
+                _ = sh.cancel.graceful.cancelled() => Err(interrupted_before_start(inst)),
+            }
+        }
+        Err(_) => Ok(None),
+    }
+}
+
+/// Run the command, retrying a failure up to the stage's `retries` (never an interrupted one),
+/// and time it in the record.
+async fn execute(
+    sh: &Arc<Shared>,
+    id: usize,
+    inputs: &BTreeMap<String, Resolved>,
+    record: &mut InstanceRecord,
+    t0: Duration,
+) -> Result<BTreeMap<String, OutputEntry>, StatusRecord> {
+    let inst = &sh.ctx.plan.instances[id];
+    let stage = sh.ctx.plan.stage_of(id);
+    let _ = sh.events.send(Event::Started {
+        id,
+        label: inst.label.clone(),
+        reason: record.reason.clone(),
+    });
+    let exec = sh.ctx.executor(stage);
+    let mut attempt = 0;
+    let result = loop {
+        attempt += 1;
+        match attempt_once(sh, id, inputs, exec.as_ref(), record).await {
+            Err(status)
+                if attempt <= stage.retries
+                    && status.error_class != Some(ErrorClass::Interrupted)
+                    && !sh.cancel.graceful.is_cancelled() =>
+            {
+                let _ = sh.events.send(Event::Message(format!(
+                    "{}: attempt {attempt} failed ({}), retrying",
+                    inst.label,
+                    status.error.clone().unwrap_or_default()
+                )));
+            }
+            r => break r,
+        }
+    };
+    record.attempts = attempt;
+    let elapsed = sh.started.elapsed();
+    record.end_ms = elapsed.as_millis() as u64;
+    record.duration_ms = (elapsed - t0).as_millis() as u64;
+    result
+}
+
+/// Hand the action entry to the group commit, with the key lock held until it is durable.
+fn commit(
+    sh: &Shared,
+    id: usize,
+    parts: &KeyParts,
+    key: Digest,
+    outputs: &BTreeMap<String, OutputEntry>,
+    record: &InstanceRecord,
+    key_lock: Option<KeyLock>,
+) {
+    let plan = &sh.ctx.plan;
+    let inst = &plan.instances[id];
+    let entry = ActionEntry {
+        key,
+        family: family(plan, plan.stage_of(id)),
+        key_parts: serde_json::to_value(parts).expect("parts serialise"),
+        outputs: outputs.clone(),
+        duration_ms: record.duration_ms,
+        created_unix_ms: now_ms(),
+        meta: json!({"label": inst.label, "pipeline": plan.pipeline.name}),
+    };
+    let _ = sh.commits.send(Commit::Action(Box::new(entry), key_lock));
+}

@@ -1,0 +1,371 @@
+//! The scheduler: one supervisor loop that walks the plan's DAG on tokio.
+//!
+//! An instance starts as soon as every instance it reads from has finished; a cache hit
+//! restores outputs without taking a job slot; a miss waits for its resource units, a job slot
+//! and the cache's per-key lock (single flight across processes), checks the cache again, runs
+//! with retries, stores its outputs and records the action. A failure skips its downstream cone
+//! unless the failure is allowed, in which case gathers still run and see its status record.
+//! Ctrl-C (or SIGTERM) stops gracefully; a second one kills. The loop returns only after every
+//! task — and so every child process and container — is gone.
+//!
+//! This module holds the loop; [`instance`] one instance's life, [`attempt`] one execution,
+//! [`outcome`] how an instance ends, [`commit`] the group commit of action entries.
+
+mod attempt;
+mod commit;
+mod instance;
+mod outcome;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use petgraph::graph::NodeIndex;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::{OnceCell, Semaphore};
+
+use crate::exec::Cancel;
+use crate::explain::Earlier;
+use crate::inputs::resolve_inputs;
+use crate::plan::Plan;
+use crate::record::{Cause, InstanceRecord, RunRecord, RunStatus, Status};
+use crate::sandbox::SandboxPool;
+use commit::Commit;
+
+// The CLI reaches these through the scheduler, where they were first defined.
+pub use crate::hostname::hostname;
+pub use crate::outputs::output_dir;
+pub use crate::prepare::Context;
+pub use crate::preview::{preview, CacheHistory, History, PlanRow};
+pub use crate::run_options::RunOptions;
+
+/// What the engine tells the reporter. The engine never touches the terminal.
+#[derive(Debug, Clone)]
+pub enum Event {
+    Started {
+        id: usize,
+        label: String,
+        reason: String,
+    },
+    Line {
+        id: usize,
+        line: String,
+    },
+    Finished {
+        id: usize,
+        label: String,
+        status: Status,
+        cached: bool,
+        duration_ms: u64,
+        error: Option<String>,
+    },
+    Message(String),
+}
+
+/// What every instance task reads: the context, the run's limits and its channels.
+struct Shared {
+    ctx: Context,
+    commits: UnboundedSender<Commit>,
+    /// Earlier entries per family, read once per run to explain misses.
+    families: std::sync::Mutex<BTreeMap<String, Arc<OnceCell<Earlier>>>>,
+    opts: RunOptions,
+    jobs: Semaphore,
+    pools: BTreeMap<String, Semaphore>,
+    cancel: Cancel,
+    events: UnboundedSender<Event>,
+    started: Instant,
+    logs_dir: PathBuf,
+    sandboxes: Arc<SandboxPool>,
+}
+
+/// Walk the plan. Returns the run record (also when interrupted).
+pub async fn run(ctx: Context, opts: RunOptions, events: UnboundedSender<Event>) -> RunRecord {
+    let plan = ctx.plan.clone();
+    let started_unix_ms = now_ms();
+    let (commit_tx, commit_rx) = unbounded_channel::<Commit>();
+    let committer = tokio::spawn(commit::commit_loop(
+        ctx.store.clone(),
+        commit_rx,
+        events.clone(),
+        opts.remote.clone(),
+    ));
+    let shared = Arc::new(Shared::new(ctx, opts, commit_tx, events));
+    let mut walk = Walk::new(&plan);
+    walk.drive(&shared).await;
+
+    commit::flush(&shared.commits).await;
+    let _ = &committer;
+    #[cfg(target_os = "linux")]
+    crate::exec::contain::sweep_run().await;
+    let pool = shared.sandboxes.clone();
+    blocking(move || pool.remove_all()).await;
+    let _ = shared.ctx.stats.save();
+    walk.into_record(&shared, started_unix_ms)
+}
+
+impl Shared {
+    fn new(
+        ctx: Context,
+        opts: RunOptions,
+        commits: UnboundedSender<Commit>,
+        events: UnboundedSender<Event>,
+    ) -> Shared {
+        let plan = &ctx.plan;
+        let logs_dir = plan
+            .pipeline
+            .root
+            .join(".heddle")
+            .join("logs")
+            .join(&opts.run_id);
+        let _ = std::fs::create_dir_all(&logs_dir);
+        let scratch = ctx.store.root().join("scratch");
+        let _ = std::fs::create_dir_all(&scratch);
+        Shared {
+            commits,
+            families: Default::default(),
+            pools: plan
+                .pipeline
+                .resources
+                .iter()
+                .map(|(k, v)| (k.clone(), Semaphore::new(*v as usize)))
+                .collect(),
+            jobs: Semaphore::new(opts.jobs.max(1)),
+            cancel: Cancel::default(),
+            events,
+            started: Instant::now(),
+            logs_dir,
+            sandboxes: Arc::new(SandboxPool::new(scratch)),
+            ctx,
+            opts,
+        }
+    }
+}
+
+/// The supervisor's state: what each instance still waits for, what has finished, what is
+/// ready, and why the run stops starting new work.
+struct Walk {
+    plan: Arc<Plan>,
+    waiting: Vec<usize>,
+    done: Vec<Option<InstanceRecord>>,
+    queue: VecDeque<usize>,
+    running: usize,
+    stop_cause: Option<Cause>,
+    interrupts: u32,
+}
+
+impl Walk {
+    fn new(plan: &Arc<Plan>) -> Walk {
+        let waiting: Vec<usize> = plan.instances.iter().map(|i| i.deps.len()).collect();
+        let queue = (0..waiting.len()).filter(|i| waiting[*i] == 0).collect();
+        let mut done = Vec::new();
+        done.resize_with(waiting.len(), || None);
+        Walk {
+            plan: plan.clone(),
+            waiting,
+            done,
+            queue,
+            running: 0,
+            stop_cause: None,
+            interrupts: 0,
+        }
+    }
+
+    /// Start what is ready, then wait for an instance to end or a signal, until nothing runs.
+    async fn drive(&mut self, sh: &Arc<Shared>) {
+        let (tx, mut rx) = unbounded_channel::<(usize, InstanceRecord)>();
+        let mut signals = signal_stream();
+        loop {
+            self.start_ready(sh, &tx);
+            if self.running == 0 {
+                break;
+            }
+            tokio::select! {
+                Some((id, rec)) = rx.recv() => self.ended(sh, id, rec),
+                Some(()) = signals.recv() => self.interrupted(sh),
+            }
+        }
+    }
+
+    /// Start (or skip) everything that is ready.
+    fn start_ready(&mut self, sh: &Arc<Shared>, tx: &UnboundedSender<(usize, InstanceRecord)>) {
+        while let Some(id) = self.queue.pop_front() {
+            let skip = match (&self.stop_cause, resolve_inputs(&sh.ctx, id, &self.done)) {
+                (Some(c), _) => Some((c.clone(), false)),
+                (None, Err(c)) => Some(c),
+                (None, Ok(inputs)) => {
+                    self.running += 1;
+                    let (sh, tx) = (sh.clone(), tx.clone());
+                    tokio::spawn(async move {
+                        // A panic inside an instance must end that instance, not hang the run.
+                        let sh2 = sh.clone();
+                        let task =
+                            tokio::spawn(async move { instance::process(&sh2, id, inputs).await });
+                        let rec = match task.await {
+                            Ok(rec) => rec,
+                            Err(e) => outcome::internal_failure(&sh, id, &e.to_string()),
+                        };
+                        let _ = tx.send((id, rec));
+                    });
+                    None
+                }
+            };
+            if let Some((cause, tolerated)) = skip {
+                let rec = outcome::skipped(sh, id, cause, tolerated);
+                self.finish(id, rec);
+            }
+        }
+    }
+
+    /// A running instance ended; a failure the pipeline does not allow stops new starts
+    /// (unless `--keep-going`).
+    fn ended(&mut self, sh: &Shared, id: usize, rec: InstanceRecord) {
+        self.running -= 1;
+        let s = &rec.status;
+        if s.status == Status::Failed
+            && !s.tolerated
+            && !sh.opts.keep_going
+            && self.stop_cause.is_none()
+        {
+            self.stop_cause = Some(Cause {
+                label: s.label.clone(),
+                error: s.error.clone(),
+            });
+        }
+        self.finish(id, rec);
+    }
+
+    /// Ctrl-C: the first stops gracefully, the second kills.
+    fn interrupted(&mut self, sh: &Shared) {
+        self.interrupts += 1;
+        if self.interrupts == 1 {
+            let _ = sh.events.send(Event::Message(
+                "interrupt: stopping running stages (Ctrl-C again to kill)".into(),
+            ));
+            sh.cancel.graceful.cancel();
+            self.stop_cause.get_or_insert(outcome::interrupt_cause());
+        } else {
+            sh.cancel.force.cancel();
+        }
+    }
+
+    /// Record `id` as finished and queue each dependent that no longer waits on anything.
+    fn finish(&mut self, id: usize, rec: InstanceRecord) {
+        self.done[id] = Some(rec);
+        let mut seen = BTreeSet::new();
+        for m in self.plan.graph.neighbors(NodeIndex::new(id)) {
+            let m = m.index();
+            if seen.insert(m) {
+                self.waiting[m] -= 1;
+                if self.waiting[m] == 0 {
+                    self.queue.push_back(m);
+                }
+            }
+        }
+    }
+
+    /// The run record, every instance's record with its upstreams' labels.
+    fn into_record(self, sh: &Shared, started_unix_ms: u64) -> RunRecord {
+        let plan = &self.plan;
+        let status = if self.interrupts > 0 {
+            RunStatus::Interrupted
+        } else if self
+            .done
+            .iter()
+            .flatten()
+            .any(|d| d.status.status != Status::Ok && !d.status.tolerated)
+        {
+            RunStatus::Failed
+        } else {
+            RunStatus::Completed
+        };
+        let instances = self
+            .done
+            .into_iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let mut record = d.expect("every instance finishes");
+                record.deps = plan.instances[i]
+                    .deps
+                    .iter()
+                    .map(|d| plan.instances[*d].label.clone())
+                    .collect();
+                (plan.instances[i].label.clone(), record)
+            })
+            .collect();
+        RunRecord {
+            run_id: sh.opts.run_id.clone(),
+            pipeline: plan.pipeline.name.clone(),
+            pipeline_file: pipeline_file(plan),
+            status,
+            started_unix_ms,
+            duration_ms: sh.started.elapsed().as_millis() as u64,
+            heddle_version: env!("CARGO_PKG_VERSION").into(),
+            host: hostname(),
+            params: plan.pipeline.params.clone(),
+            jobs: sh.opts.jobs,
+            instances,
+        }
+    }
+}
+
+/// The pipeline file relative to the project root, so records and entries travel between
+/// checkouts.
+fn pipeline_file(plan: &Plan) -> String {
+    std::path::absolute(&plan.pipeline.file)
+        .ok()
+        .and_then(|a| {
+            a.strip_prefix(&plan.pipeline.root)
+                .ok()
+                .map(Path::to_path_buf)
+        })
+        .unwrap_or_else(|| plan.pipeline.file.clone())
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Ctrl-C, and SIGTERM and SIGHUP on unix, as one stream.
+fn signal_stream() -> UnboundedReceiver<()> {
+    let (tx, rx) = unbounded_channel();
+    let t = tx.clone();
+    tokio::spawn(async move {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            if t.send(()).is_err() {
+                break;
+            }
+        }
+    });
+    // SIGHUP (the terminal went away) stops the run like SIGTERM: its default would end heddle
+    // with no run record and its sandboxes left behind.
+    #[cfg(unix)]
+    for kind in [
+        tokio::signal::unix::SignalKind::terminate(),
+        tokio::signal::unix::SignalKind::hangup(),
+    ] {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            if let Ok(mut s) = tokio::signal::unix::signal(kind) {
+                while s.recv().await.is_some() {
+                    if tx.send(()).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+    }
+    drop(tx);
+    rx
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f)
+        .await
+        .expect("blocking task panicked")
+}
