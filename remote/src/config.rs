@@ -233,6 +233,12 @@ fn read_cache_section(path: &Path) -> Result<Option<(String, CacheSection)>, Con
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        // A config this user may not read is someone else's (`sudo -u` keeps HOME): heddle
+        // runs without it rather than refusing every command.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            tracing::debug!("ignoring {}: {e}", path.display());
+            return Ok(None);
+        }
         Err(source) => {
             return Err(ConfigError::Read {
                 path: path.to_path_buf(),

@@ -2,7 +2,7 @@
 //! files (from the store by digest, else from where the run materialised them), and the hash of
 //! the pipeline's lock file. The HTML page, logbook entries and `heddle diff` all start here.
 //!
-//! This mirrors the readers in the binary's `src/logbook.rs`, which can call these instead.
+//! The binary reads through these (`src/artefacts.rs` maps the errors to exit codes).
 
 use std::path::{Path, PathBuf};
 
