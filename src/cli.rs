@@ -61,6 +61,9 @@ enum Cmd {
     Runs(runs::RunsArgs),
     /// Show one run (an id, a unique prefix, or `last`).
     Show(runs::ShowArgs),
+    /// Compare two runs (default: the last two of a pipeline): params, changed keys and why,
+    /// every report number with its delta.
+    Diff(commands::diff::DiffArgs),
     /// Inspect and maintain the cache.
     Cache {
         #[command(subcommand)]
@@ -133,6 +136,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
         Cmd::Dag(a) => commands::dag::dag(s, a),
         Cmd::Runs(a) => runs::runs(s, a),
         Cmd::Show(a) => runs::show(s, a),
+        Cmd::Diff(a) => commands::diff::diff(s, a),
         Cmd::Cache { cmd } => cache::cache(s, cmd).await,
         Cmd::Logbook { cmd } => logbook::logbook(s, cmd).await,
         Cmd::Report(a) => commands::report::report(s, a),

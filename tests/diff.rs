@@ -176,3 +176,35 @@ fn a_rerun_with_nothing_changed_moves_nothing() {
     assert_eq!(d.tables[0].numbers.len(), 4);
     assert_eq!(d.moved().count(), 0);
 }
+
+#[test]
+fn heddle_diff_after_a_set_change_names_the_param_and_the_moved_numbers() {
+    let p = project();
+    p.run("p.toml", &[]).ok();
+    p.run("p.toml", &["--set", "scale=5"]).ok();
+    let ids = record::list(p.root());
+    // Default: the last run against the one before it, as the library computes it.
+    let out = p.heddle(&["diff"]).ok();
+    let expected = diff_last_two(&p).text();
+    assert_eq!(out.stdout, expected);
+    assert!(out.stdout.contains("  scale  2  →  5\n"), "{}", out.stdout);
+    assert!(out.stdout.contains("4 numbers, 2 moved"), "{}", out.stdout);
+    // Named runs, as JSON.
+    let out = p.heddle(&["diff", &ids[0], &ids[1], "--json"]).ok();
+    let j: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(j["params"][0], json!({"name": "scale", "a": 2, "b": 5}));
+    assert_eq!(j["a"]["run_id"], ids[0].as_str());
+}
+
+#[test]
+fn heddle_diff_with_one_run_says_what_to_do() {
+    let p = project();
+    p.run("p.toml", &[]).ok();
+    let out = p.heddle(&["diff"]).code(2);
+    assert!(
+        out.stderr
+            .starts_with("error: no run of pipeline df before run "),
+        "{}",
+        out.stderr
+    );
+}

@@ -3,6 +3,7 @@
 
 pub mod cache;
 pub mod dag;
+pub mod diff;
 pub mod gc;
 pub mod lock;
 pub mod logbook;

@@ -19,7 +19,7 @@ import numpy as np
 PRECISIONS = {"a8_w8": ("QUInt8", "QInt8"), "a16_w16": ("QUInt16", "QInt16"), "a16_w4": ("QUInt16", "QInt4")}
 
 
-def quantize(model, calib_path, out, precision, samples, batch, per_channel, method):
+def quantize(model, calib_path, out, precision, samples, batch, per_channel, method, reduce_range=False):
     import onnx
     import onnxruntime
     from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
@@ -27,6 +27,9 @@ def quantize(model, calib_path, out, precision, samples, batch, per_channel, met
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
     act, wt = PRECISIONS[precision]
+    # Only 8-bit weights go through the saturating u8s8 kernels; onnxruntime would narrow 16-bit
+    # weights too, which changes those precisions for no gain.
+    reduce_range = bool(reduce_range) and wt == "QInt8"
     calib = np.load(calib_path, mmap_mode="r")
     n = calib.shape[0] if samples <= 0 else min(samples, calib.shape[0])
     graph_input = onnx.load(model, load_external_data=False).graph.input[0]
@@ -49,12 +52,13 @@ def quantize(model, calib_path, out, precision, samples, batch, per_channel, met
 
     quantize_static(model, out, Reader(), quant_format=QuantFormat.QDQ,
                     activation_type=getattr(QuantType, act), weight_type=getattr(QuantType, wt),
-                    per_channel=per_channel, calibrate_method=getattr(CalibrationMethod, method))
+                    per_channel=per_channel, reduce_range=reduce_range,
+                    calibrate_method=getattr(CalibrationMethod, method))
     q = onnx.load(out)
     ops = [nd.op_type for nd in q.graph.node]
     types = sorted({onnx.TensorProto.DataType.Name(i.data_type) for i in q.graph.initializer})
     return {"precision": precision, "activation_type": act, "weight_type": wt, "format": "QDQ",
-            "per_channel": per_channel, "calibrate_method": method, "calibration_entries": int(n), "calibration_batch": int(batch),
+            "per_channel": per_channel, "reduce_range": reduce_range, "calibrate_method": method, "calibration_entries": int(n), "calibration_batch": int(batch),
             "calibration_layout": "NHWC float32 (transposed to NCHW for ONNX)",
             "opset": [o.version for o in q.opset_import if o.domain in ("", "ai.onnx")],
             "ops": ops, "initializer_types": types, "onnxruntime": onnxruntime.__version__}
@@ -69,13 +73,15 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--per-channel", default="false")
     ap.add_argument("--method", default="MinMax")
+    ap.add_argument("--reduce-range", default="false", help="8-bit weights in 7 bits (see stage.toml)")
     ap.add_argument("--out-model", required=True)
     ap.add_argument("--out-report", required=True)
     a = ap.parse_args(argv)
     import heddle_stage as hs  # included by the definition: beside this script
     try:
         rep = quantize(a.model, a.calib, a.out_model, a.precision, a.samples, a.batch,
-                       a.per_channel.lower() in ("1", "true", "yes"), a.method)
+                       a.per_channel.lower() in ("1", "true", "yes"), a.method,
+                       a.reduce_range.lower() in ("1", "true", "yes"))
     except Exception as e:
         hs.record_error(e)
         traceback.print_exc()
