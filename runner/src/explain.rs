@@ -423,21 +423,7 @@ mod tests {
         assert_eq!(explain_with(&parts("a", 0), &earlier), Reason::NeverRun);
     }
 
-    fn opt_parts() -> KeyParts {
-        KeyParts {
-            version: KEY_VERSION.into(),
-            stage: "opt".into(),
-            command: Command::Exec(vec!["python3".into()]),
-            executor: json!({"kind": "host"}),
-            definition: [("optimize.py".to_string(), "aa".to_string())].into(),
-            inputs: [("calib".to_string(), json!("11"))].into(),
-            params: [("precision".to_string(), json!("a16_w16"))].into(),
-            matrix: BTreeMap::new(),
-            vars: BTreeMap::new(),
-            env: None,
-            outputs: BTreeMap::new(),
-        }
-    }
+    use crate::key::tests::parts as opt_parts;
 
     #[test]
     fn reasons_read_like_a_person_would_say_them() {

@@ -317,11 +317,12 @@ fn short_id(id: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
-    fn parts() -> KeyParts {
+    /// A host instance's parts, shared by the key and explanation tests.
+    pub(crate) fn parts() -> KeyParts {
         KeyParts {
             version: KEY_VERSION.into(),
             stage: "opt".into(),

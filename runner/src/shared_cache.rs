@@ -179,32 +179,19 @@ mod tests {
             true
         }
         fn entry(&self, _: Digest) -> BoxFuture<'_, Result<Option<ActionEntry>, SharedCacheError>> {
-            self.calls.fetch_add(1, Ordering::Relaxed);
-            let unavailable = self.unavailable;
-            Box::pin(async move {
-                Err(SharedCacheError {
-                    unavailable,
-                    message: "boom".into(),
-                })
-            })
+            self.fail()
         }
         fn fetch(&self, _: Digest) -> BoxFuture<'_, Result<bool, SharedCacheError>> {
             self.fail()
         }
         fn push(&self, _: Digest) -> BoxFuture<'_, Result<u64, SharedCacheError>> {
-            self.calls.fetch_add(1, Ordering::Relaxed);
-            let unavailable = self.unavailable;
-            Box::pin(async move {
-                Err(SharedCacheError {
-                    unavailable,
-                    message: "boom".into(),
-                })
-            })
+            self.fail()
         }
     }
 
     impl Failing {
-        fn fail(&self) -> BoxFuture<'_, Result<bool, SharedCacheError>> {
+        /// Every call counts and fails the same way, whatever it would have returned.
+        fn fail<T: Send + 'static>(&self) -> BoxFuture<'_, Result<T, SharedCacheError>> {
             self.calls.fetch_add(1, Ordering::Relaxed);
             let unavailable = self.unavailable;
             Box::pin(async move {
