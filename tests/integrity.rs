@@ -84,13 +84,28 @@ outputs = {{ o = "o.txt" }}
 [stages.tree]
 run = "mkdir -p {{{{ out.d }}}} && ln -s /etc {{{{ out.d }}}}/etc"
 outputs = {{ d = "d" }}
+# The output's own folder swapped for a link to a host folder holding a file of that name.
+[stages.swap]
+run = "d=$(dirname {{{{ out.o }}}}); rm -rf $d; ln -s '{}' $d"
+outputs = {{ o = "host-secret.txt" }}
 "#,
-            host.display()
+            host.display(),
+            p.path("").display()
         ),
     );
     let r = p.run("p.toml", &["--keep-going"]).code(1);
     let rec = p.last_record();
-    for label in ["leak", "tree"] {
+    assert!(
+        instance(&rec, "swap")["status"]["error"]
+            .as_str()
+            .unwrap()
+            .contains(
+                "output `o` (host-secret.txt) is not read: `o` is a symlink or leaves the folder"
+            ),
+        "{rec:#}"
+    );
+    assert!(!p.path("out/links/swap").exists());
+    for label in ["leak", "tree", "swap"] {
         let s = &instance(&rec, label)["status"];
         assert_eq!(s["error_class"], "UnsafeOutput", "{label}: {}", r.stderr);
     }

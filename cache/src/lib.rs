@@ -60,6 +60,7 @@
 //! store only when it has a single link (a produced file that is a link to some user file is
 //! copied, so the user's file never becomes a read-only blob).
 
+pub mod beneath;
 mod digest;
 mod entry;
 mod error;

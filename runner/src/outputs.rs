@@ -75,7 +75,9 @@ pub fn collect(
 ) -> Result<Collected, (ErrorClass, String)> {
     let mut outs = BTreeMap::new();
     for (name, file) in files {
-        let p = sandbox.join("out").join(name).join(file);
+        let rel = Path::new("out").join(name).join(file);
+        check_parents_beneath(sandbox, &rel, name, file)?;
+        let p = sandbox.join(&rel);
         if std::fs::symlink_metadata(&p).is_err() {
             return Err((
                 ErrorClass::MissingOutput,
@@ -109,4 +111,38 @@ pub fn collect(
         paths.insert(name.clone(), dest.to_string_lossy().into_owned());
     }
     Ok((outs, paths))
+}
+
+/// The folders an output lives in (`out/<name>/` and any folders in its file name) must be the
+/// sandbox's own: a stage that swaps `out/<name>` for a link to a host folder would otherwise
+/// make heddle read a host file into the cache. The output itself is opened without following
+/// links by the store.
+fn check_parents_beneath(
+    sandbox: &Path,
+    rel: &Path,
+    name: &str,
+    file: &str,
+) -> Result<(), (ErrorClass, String)> {
+    use heddle_cache::beneath::{open_dir_beneath, BeneathError};
+    let parent = rel.parent().unwrap_or(Path::new(""));
+    match open_dir_beneath(sandbox, parent) {
+        Ok(_) => Ok(()),
+        Err(e @ BeneathError::Escapes { .. }) => Err((
+            ErrorClass::UnsafeOutput,
+            format!("output `{name}` ({file}) is not read: {e}"),
+        )),
+        // A missing folder is a missing output, reported as such by the caller.
+        Err(BeneathError::Io(e))
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            Ok(())
+        }
+        Err(BeneathError::Io(e)) => Err((
+            ErrorClass::HeddleError,
+            format!("failed to open {}: {e}", sandbox.join(parent).display()),
+        )),
+    }
 }
