@@ -72,7 +72,6 @@ pub mod scratch;
 mod statcache;
 mod store;
 mod tree;
-mod tree_check;
 
 pub use digest::{hash_file, Digest};
 pub use entry::{ActionEntry, OutputEntry};
@@ -81,8 +80,8 @@ pub use lock::KeyLock;
 pub use maintenance::{BadEntry, DuReport, FamilyUsage, GcReport, VerifyReport};
 pub use statcache::StatCache;
 pub use store::{BlobImport, Durability, ImportOutcome, Store, StoreOptions};
+pub use tree::check::{check_tree, TreeViolation};
 pub use tree::{decode_tree, encode_tree, TreeEntry, TREE_TAG};
-pub use tree_check::{check_tree, TreeViolation};
 
 #[cfg(test)]
 mod tests;

@@ -169,6 +169,15 @@ impl Store {
     /// saw killed processes (no power loss) verifies clean.
     pub fn verify(&self) -> Result<VerifyReport, CacheError> {
         let mut report = VerifyReport::default();
+        self.verify_tmp(&mut report)?;
+        let mut good = self.verify_blobs(&mut report)?;
+        let trees = self.verify_trees(&mut good, &mut report)?;
+        self.verify_actions(&good, &trees, &mut report)?;
+        Ok(report)
+    }
+
+    /// Remove leftover temp files: all of them with the store to ourselves, else the old ones.
+    fn verify_tmp(&self, report: &mut VerifyReport) -> Result<(), CacheError> {
         self.with_exclusivity(|exclusive| -> Result<(), CacheError> {
             for p in read_dir_sorted(&self.tmp)? {
                 let old = fs::symlink_metadata(&p)
@@ -179,8 +188,11 @@ impl Store {
                 }
             }
             Ok(())
-        })?;
+        })
+    }
 
+    /// Remove stray files and blobs that do not hash to their name; the blobs that do.
+    fn verify_blobs(&self, report: &mut VerifyReport) -> Result<HashSet<Digest>, CacheError> {
         let mut strays = Vec::new();
         let blobs = self.list_blobs(&mut |p| strays.push(p))?;
         for p in strays {
@@ -188,30 +200,7 @@ impl Store {
             report.bad.push(BadEntry::StrayObject { path: p });
         }
         let mut good: HashSet<Digest> = HashSet::with_capacity(blobs.len());
-        // Hash on every core: verify is bound by sha256.
-        let threads = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-            .min(8);
-        let chunk = blobs.len().div_ceil(threads).max(1);
-        let results: Vec<(Digest, PathBuf, u64, Result<Digest, CacheError>)> =
-            std::thread::scope(|s| {
-                let handles: Vec<_> = blobs
-                    .chunks(chunk)
-                    .map(|part| {
-                        s.spawn(move || {
-                            part.iter()
-                                .map(|(d, p, m)| (*d, p.clone(), m.len(), hash_file(p)))
-                                .collect::<Vec<_>>()
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .flat_map(|h| h.join().expect("verify thread panicked"))
-                    .collect()
-            });
-        for (d, p, len, actual) in results {
+        for (d, p, len, actual) in hash_blobs(&blobs) {
             report.blobs_checked += 1;
             report.bytes_checked += len;
             match actual {
@@ -234,8 +223,15 @@ impl Store {
                 Err(e) => return Err(e),
             }
         }
+        Ok(good)
+    }
 
-        // Trees: a good blob that looks like a manifest must decode.
+    /// A good blob that looks like a manifest must decode; returns each tree's member blobs.
+    fn verify_trees(
+        &self,
+        good: &mut HashSet<Digest>,
+        report: &mut VerifyReport,
+    ) -> Result<HashMap<Digest, Vec<Digest>>, CacheError> {
         let mut trees: HashMap<Digest, Vec<Digest>> = HashMap::new();
         for d in good.clone() {
             let p = self.blob_path(&d);
@@ -267,7 +263,16 @@ impl Store {
                 }
             }
         }
+        Ok(trees)
+    }
 
+    /// Remove entries that do not parse or name a missing blob; restore lost family keys.
+    fn verify_actions(
+        &self,
+        good: &HashSet<Digest>,
+        trees: &HashMap<Digest, Vec<Digest>>,
+        report: &mut VerifyReport,
+    ) -> Result<(), CacheError> {
         let mut family_keys: HashMap<String, HashSet<Digest>> = HashMap::new();
         for (p, parsed) in self.list_actions()? {
             report.actions_checked += 1;
@@ -279,36 +284,7 @@ impl Store {
                     continue;
                 }
             };
-            // A blob not seen by the scan above but present now was written by a concurrent
-            // process after the scan: not missing.
-            let present = |d: &Digest| good.contains(d) || self.has_blob(d);
-            let mut missing = None;
-            'outs: for out in entry.outputs.values() {
-                let d = out.digest();
-                if !present(&d) {
-                    missing = Some(d);
-                    break;
-                }
-                if let crate::OutputEntry::Dir { .. } = out {
-                    let members = match trees.get(&d) {
-                        Some(m) => m.clone(),
-                        None => {
-                            let mut all = BTreeSet::new();
-                            match self.output_blobs(out, &mut all) {
-                                Ok(()) => all.into_iter().collect(),
-                                Err(_) => vec![d],
-                            }
-                        }
-                    };
-                    for m in &members {
-                        if !present(m) {
-                            missing = Some(*m);
-                            break 'outs;
-                        }
-                    }
-                }
-            }
-            if let Some(digest) = missing {
+            if let Some(digest) = self.missing_blob(&entry, good, trees) {
                 let _ = remove_any(&p);
                 report.bad.push(BadEntry::MissingBlob {
                     key: entry.key,
@@ -325,7 +301,40 @@ impl Store {
                 report.family_keys_restored += 1;
             }
         }
-        Ok(report)
+        Ok(())
+    }
+
+    /// The first blob `entry` references that is not there. A blob not seen by the scan but
+    /// present now was written by a concurrent process after the scan: not missing.
+    fn missing_blob(
+        &self,
+        entry: &ActionEntry,
+        good: &HashSet<Digest>,
+        trees: &HashMap<Digest, Vec<Digest>>,
+    ) -> Option<Digest> {
+        let present = |d: &Digest| good.contains(d) || self.has_blob(d);
+        for out in entry.outputs.values() {
+            let d = out.digest();
+            if !present(&d) {
+                return Some(d);
+            }
+            if let crate::OutputEntry::Dir { .. } = out {
+                let members = match trees.get(&d) {
+                    Some(m) => m.clone(),
+                    None => {
+                        let mut all = BTreeSet::new();
+                        match self.output_blobs(out, &mut all) {
+                            Ok(()) => all.into_iter().collect(),
+                            Err(_) => vec![d],
+                        }
+                    }
+                };
+                if let Some(m) = members.iter().find(|m| !present(m)) {
+                    return Some(*m);
+                }
+            }
+        }
+        None
     }
 
     fn family_index(&self, family: &str) -> Result<HashSet<Digest>, CacheError> {
@@ -380,65 +389,24 @@ impl Store {
         };
         let blobs = self.list_blobs(&mut |_| {})?;
         let sizes: HashMap<Digest, u64> = blobs.iter().map(|(d, _, m)| (*d, m.len())).collect();
-
-        let mut actions: Vec<(PathBuf, ActionEntry, BTreeSet<Digest>)> = Vec::new();
-        for (p, parsed) in self.list_actions()? {
-            let Ok(entry) = parsed else {
-                let _ = remove_any(&p);
-                continue;
-            };
-            let mut refs = BTreeSet::new();
-            for out in entry.outputs.values() {
-                // A tree whose manifest is gone still pins its own digest (which is missing).
-                let _ = self.output_blobs(out, &mut refs);
-            }
-            actions.push((p, entry, refs));
-        }
-
+        let actions = self.gc_actions()?;
         let mut refcount: HashMap<Digest, u32> = HashMap::new();
         for (_, _, refs) in &actions {
             for d in refs {
                 *refcount.entry(*d).or_default() += 1;
             }
         }
-        let mut live: u64 = refcount
+        let live: u64 = refcount
             .keys()
             .map(|d| sizes.get(d).copied().unwrap_or(0))
             .sum();
-
-        let mut candidates: Vec<usize> = (0..actions.len())
-            .filter(|&i| !keep.contains(&actions[i].1.key))
-            .collect();
-        // Cost per byte; an action with no output bytes frees nothing and goes last.
-        let cost = |e: &ActionEntry| -> f64 {
-            match e.output_bytes() {
-                0 => f64::INFINITY,
-                b => e.duration_ms as f64 / b as f64,
-            }
+        let order = eviction_order(&actions, keep);
+        let eviction = Eviction {
+            max_bytes,
+            sizes: &sizes,
+            live,
         };
-        candidates.sort_by(|&a, &b| {
-            let (ea, eb) = (&actions[a].1, &actions[b].1);
-            cost(ea)
-                .total_cmp(&cost(eb))
-                .then(ea.created_unix_ms.cmp(&eb.created_unix_ms))
-        });
-        for i in candidates {
-            if max_bytes.is_some_and(|m| live <= m) {
-                break;
-            }
-            let (p, entry, refs) = &actions[i];
-            remove_any(p).map_err(CacheError::io("remove", p))?;
-            report.evicted.push(entry.key);
-            for d in refs {
-                let c = refcount.get_mut(d).expect("counted above");
-                *c -= 1;
-                if *c == 0 {
-                    refcount.remove(d);
-                    live -= sizes.get(d).copied().unwrap_or(0);
-                }
-            }
-        }
-
+        eviction.run(&actions, order, &mut refcount, &mut report)?;
         for (d, p, meta) in &blobs {
             if refcount.contains_key(d) {
                 report.bytes_remaining += meta.len();
@@ -456,6 +424,111 @@ impl Store {
         }
         Ok(report)
     }
+
+    /// Every action that parses, with the blobs it references; the others are removed.
+    fn gc_actions(&self) -> Result<Vec<GcAction>, CacheError> {
+        let mut actions = Vec::new();
+        for (p, parsed) in self.list_actions()? {
+            let Ok(entry) = parsed else {
+                let _ = remove_any(&p);
+                continue;
+            };
+            let mut refs = BTreeSet::new();
+            for out in entry.outputs.values() {
+                // A tree whose manifest is gone still pins its own digest (which is missing).
+                let _ = self.output_blobs(out, &mut refs);
+            }
+            actions.push((p, entry, refs));
+        }
+        Ok(actions)
+    }
+}
+
+/// An action entry's file, the entry, and every blob it references.
+type GcAction = (PathBuf, ActionEntry, BTreeSet<Digest>);
+
+/// The actions not kept, cheapest to recompute per byte first (then oldest first).
+fn eviction_order(actions: &[GcAction], keep: &HashSet<Digest>) -> Vec<usize> {
+    let mut candidates: Vec<usize> = (0..actions.len())
+        .filter(|&i| !keep.contains(&actions[i].1.key))
+        .collect();
+    // Cost per byte; an action with no output bytes frees nothing and goes last.
+    let cost = |e: &ActionEntry| -> f64 {
+        match e.output_bytes() {
+            0 => f64::INFINITY,
+            b => e.duration_ms as f64 / b as f64,
+        }
+    };
+    candidates.sort_by(|&a, &b| {
+        let (ea, eb) = (&actions[a].1, &actions[b].1);
+        cost(ea)
+            .total_cmp(&cost(eb))
+            .then(ea.created_unix_ms.cmp(&eb.created_unix_ms))
+    });
+    candidates
+}
+
+/// Evicting actions until the referenced blobs fit in `max_bytes`.
+struct Eviction<'a> {
+    max_bytes: Option<u64>,
+    sizes: &'a HashMap<Digest, u64>,
+    /// Bytes of the blobs still referenced.
+    live: u64,
+}
+
+impl Eviction<'_> {
+    fn run(
+        mut self,
+        actions: &[GcAction],
+        order: Vec<usize>,
+        refcount: &mut HashMap<Digest, u32>,
+        report: &mut GcReport,
+    ) -> Result<(), CacheError> {
+        for i in order {
+            if self.max_bytes.is_some_and(|m| self.live <= m) {
+                break;
+            }
+            let (p, entry, refs) = &actions[i];
+            remove_any(p).map_err(CacheError::io("remove", p))?;
+            report.evicted.push(entry.key);
+            for d in refs {
+                let c = refcount.get_mut(d).expect("counted above");
+                *c -= 1;
+                if *c == 0 {
+                    refcount.remove(d);
+                    self.live -= self.sizes.get(d).copied().unwrap_or(0);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Hash every blob, on every core (verify is bound by sha256): (name, path, size, hash).
+fn hash_blobs(
+    blobs: &[(Digest, PathBuf, fs::Metadata)],
+) -> Vec<(Digest, PathBuf, u64, Result<Digest, CacheError>)> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(8);
+    let chunk = blobs.len().div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = blobs
+            .chunks(chunk)
+            .map(|part| {
+                s.spawn(move || {
+                    part.iter()
+                        .map(|(d, p, m)| (*d, p.clone(), m.len(), hash_file(p)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("verify thread panicked"))
+            .collect()
+    })
 }
 
 fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, CacheError> {

@@ -8,13 +8,13 @@
 //! Data flows one way: [`model::load`] → [`plan::build`] → [`prepare::prepare`] →
 //! [`sched::run`] → [`record::RunRecord`].
 
+pub mod cmd_exe;
 pub mod diag;
 pub mod exec;
 pub mod explain;
 pub mod host_pool;
 pub mod hostname;
 pub mod inputs;
-mod join;
 pub mod key;
 pub mod lock;
 pub mod model;

@@ -94,28 +94,35 @@ pub fn provision(store: &Store, def: &EnvDef, log: &dyn Fn(&str)) -> Result<EnvI
     if let Some(info) = read_info(&dir).filter(|i| i.bin_dir().exists()) {
         return Ok(info);
     }
-    let io = |source| EnvError::Io {
-        env: def.name.clone(),
-        source,
-    };
     let parent = dir.parent().expect("envs dir");
-    std::fs::create_dir_all(parent).map_err(io)?;
+    std::fs::create_dir_all(parent).map_err(|source| io_error(def, source))?;
     // A half-built env from a crash is just removed.
     let _ = std::fs::remove_dir_all(&dir);
-    let tmp = dir.clone();
+    let py = create(def, &dir, log)?;
+    let info = describe(def, &py, &dir)?;
+    write_info(def, &dir, &info)?;
+    Ok(info)
+}
+
+fn io_error(def: &EnvDef, source: std::io::Error) -> EnvError {
+    EnvError::Io {
+        env: def.name.clone(),
+        source,
+    }
+}
+
+/// A venv in `dir` with the requirements installed; returns its python.
+fn create(def: &EnvDef, dir: &Path, log: &dyn Fn(&str)) -> Result<PathBuf, EnvError> {
     log(&format!(
         "creating python env `{}` ({})",
         def.name,
         def.requirements.display()
     ));
-    run(
-        def,
-        Command::new(&def.python).args(["-m", "venv"]).arg(&tmp),
-    )?;
+    run(def, Command::new(&def.python).args(["-m", "venv"]).arg(dir))?;
     let py = if cfg!(windows) {
-        tmp.join("Scripts").join("python.exe")
+        dir.join("Scripts").join("python.exe")
     } else {
-        tmp.join("bin").join("python")
+        dir.join("bin").join("python")
     };
     log(&format!(
         "installing {} into env `{}`",
@@ -136,13 +143,15 @@ pub fn provision(store: &Store, def: &EnvDef, log: &dyn Fn(&str)) -> Result<EnvI
             ])
             .arg(&def.requirements),
     )?;
-    let freeze = output(
-        def,
-        Command::new(&py).args(["-m", "pip", "freeze", "--all"]),
-    )?;
+    Ok(py)
+}
+
+/// What the env holds: its python version and frozen packages, and the identity they hash to.
+fn describe(def: &EnvDef, py: &Path, dir: &Path) -> Result<EnvInfo, EnvError> {
+    let freeze = output(def, Command::new(py).args(["-m", "pip", "freeze", "--all"]))?;
     let version = output(
         def,
-        Command::new(&py).args(["-c", "import sys; print(sys.version.split()[0])"]),
+        Command::new(py).args(["-c", "import sys; print(sys.version.split()[0])"]),
     )?;
     let mut packages: Vec<String> = freeze
         .lines()
@@ -153,18 +162,22 @@ pub fn provision(store: &Store, def: &EnvDef, log: &dyn Fn(&str)) -> Result<EnvI
     let identity =
         Digest::of_bytes(format!("python {}\n{}", version.trim(), packages.join("\n")).as_bytes())
             .to_string();
-    let info = EnvInfo {
+    Ok(EnvInfo {
         name: def.name.clone(),
-        dir: dir.clone(),
+        dir: dir.to_path_buf(),
         identity,
         python_version: version.trim().to_string(),
         packages,
-    };
+    })
+}
+
+/// The marker that makes the env provisioned, written last and renamed into place.
+fn write_info(def: &EnvDef, dir: &Path, info: &EnvInfo) -> Result<(), EnvError> {
+    let io = |source| io_error(def, source);
     let marker = dir.join("heddle-env.json");
     let part = dir.join("heddle-env.json.part");
-    std::fs::write(&part, serde_json::to_vec_pretty(&info).expect("json")).map_err(io)?;
-    std::fs::rename(&part, &marker).map_err(io)?;
-    Ok(info)
+    std::fs::write(&part, serde_json::to_vec_pretty(info).expect("json")).map_err(io)?;
+    std::fs::rename(&part, &marker).map_err(io)
 }
 
 fn run(def: &EnvDef, cmd: &mut Command) -> Result<(), EnvError> {

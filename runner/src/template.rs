@@ -158,7 +158,7 @@ impl Template {
 /// `sh` quoting; on Windows a shell-form command runs through `cmd.exe`, which reads `"…"`.
 fn quote(s: &str) -> Cow<'_, str> {
     #[cfg(windows)]
-    return crate::exec::cmd_exe::quote(s);
+    return crate::cmd_exe::quote(s);
     #[cfg(not(windows))]
     shell_words::quote(s)
 }

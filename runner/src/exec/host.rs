@@ -57,7 +57,7 @@ struct Launch {
     /// Set when a shell-form command runs without its shell (see [`super::simple`]).
     direct: bool,
     /// Appended to the command line as it is: `cmd.exe` parses its line itself, so the
-    /// standard library's quoting must not touch it (see [`super::cmd_exe`]).
+    /// standard library's quoting must not touch it (see [`crate::cmd_exe`]).
     #[cfg(windows)]
     raw: Option<String>,
 }
@@ -126,7 +126,7 @@ fn launch(req: &ExecRequest, work: &Path) -> Result<Launch, ExecError> {
         Command::Shell(s) => {
             let _ = work;
             let mut l = streams(resolve_program("cmd.exe", path), Vec::new());
-            l.raw = Some(super::cmd_exe::command_line(s));
+            l.raw = Some(crate::cmd_exe::command_line(s));
             Ok(l)
         }
         Command::Exec(v) => Ok(streams(resolve_program(&v[0], path), v[1..].to_vec())),
@@ -197,22 +197,8 @@ async fn run(
     let work = req.sandbox.join("work");
     let l = launch(&req, &work)?;
     let program = l.program.to_string_lossy().into_owned();
-    let mut cmd = tokio::process::Command::new(&l.program);
-    cmd.args(&l.args)
-        .current_dir(&work)
-        .env_clear()
-        .envs(&req.env)
-        .stdin(l.stdin.stdio())
-        .stdout(l.stdout.stdio())
-        .stderr(l.stderr.stdio());
-    if l.direct {
-        // What `sh` would have exported.
-        cmd.env("PWD", &work);
-    }
-    #[cfg(windows)]
-    if let Some(raw) = &l.raw {
-        cmd.raw_arg(raw);
-    }
+    #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
+    let mut cmd = command(&req, l, &work);
     #[cfg(target_os = "linux")]
     let token = super::contain::StageToken::new();
     #[cfg(target_os = "linux")]
@@ -235,14 +221,48 @@ async fn run(
         lines,
         stop_reading.clone(),
     ));
+    let outcome = wait(&mut child, &req, &cancel, &program).await?;
+    #[cfg(target_os = "linux")]
+    token.sweep().await;
+    drain(t_out, t_err, stop_reading, &req.label).await?;
+    Ok(outcome)
+}
 
+/// The command to spawn: in `work/`, with only the request's environment.
+fn command(req: &ExecRequest, l: Launch, work: &Path) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(&l.program);
+    cmd.args(&l.args)
+        .current_dir(work)
+        .env_clear()
+        .envs(&req.env)
+        .stdin(l.stdin.stdio())
+        .stdout(l.stdout.stdio())
+        .stderr(l.stderr.stdio());
+    if l.direct {
+        // What `sh` would have exported.
+        cmd.env("PWD", work);
+    }
+    #[cfg(windows)]
+    if let Some(raw) = &l.raw {
+        cmd.raw_arg(raw);
+    }
+    cmd
+}
+
+/// Until the leader exits, the run is cancelled, or the timeout passes; the group is gone after.
+async fn wait(
+    child: &mut Group,
+    req: &ExecRequest,
+    cancel: &Cancel,
+    program: &str,
+) -> Result<ExecOutcome, ExecError> {
     let timeout = async {
         match req.timeout {
             Some(d) => tokio::time::sleep(d).await,
             None => std::future::pending().await,
         }
     };
-    let outcome = tokio::select! {
+    Ok(tokio::select! {
         biased;
         status = child.wait() => {
             let status = status.map_err(|e| ExecError::Other(format!("failed to wait for `{program}`: {e}")))?;
@@ -250,21 +270,28 @@ async fn run(
             exit_outcome(status)
         }
         _ = cancel.graceful.cancelled() => {
-            stop(&mut child, &cancel).await;
+            stop(child, cancel).await;
             ExecOutcome::Cancelled
         }
         _ = timeout => {
-            stop(&mut child, &cancel).await;
+            stop(child, cancel).await;
             ExecOutcome::TimedOut(req.timeout.unwrap_or_default())
         }
-    };
-    #[cfg(target_os = "linux")]
-    token.sweep().await;
+    })
+}
+
+/// Let the log pumps finish, for at most [`DRAIN`], and pass on the first error either had.
+async fn drain(
+    t_out: tokio::task::JoinHandle<Result<(), ExecError>>,
+    t_err: tokio::task::JoinHandle<Result<(), ExecError>>,
+    stop_reading: CancellationToken,
+    label: &str,
+) -> Result<(), ExecError> {
     let mut both = std::pin::pin!(async { tokio::join!(t_out, t_err) });
     let (r_out, r_err) = tokio::select! {
         r = &mut both => r,
         _ = tokio::time::sleep(DRAIN) => {
-            tracing::debug!(label = %req.label, "stopped reading pipes still held open");
+            tracing::debug!(label = %label, "stopped reading pipes still held open");
             stop_reading.cancel();
             both.await
         }
@@ -276,7 +303,7 @@ async fn run(
             Err(e) => return Err(ExecError::Other(format!("log task failed: {e}"))),
         }
     }
-    Ok(outcome)
+    Ok(())
 }
 
 /// A stage's process group. On unix it is started with `process_group(0)` and nothing else

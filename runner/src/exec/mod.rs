@@ -1,7 +1,6 @@
 //! Executors run one rendered command to completion and say how it ended. The scheduler knows
 //! only the [`Executor`] trait; the host executor and the Docker executor sit beside each other.
 
-pub mod cmd_exe;
 #[cfg(target_os = "linux")]
 pub mod contain;
 pub mod docker;
@@ -21,6 +20,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::model::Transfer;
 use crate::render::{Command, PathLayout};
 
 /// Cancellation in two steps: `graceful` asks the command to stop (SIGTERM, `docker stop`),
@@ -63,29 +63,6 @@ pub struct ContainerRequest {
     pub workdir: Option<String>,
     pub docker_host: Option<String>,
     pub transfer: Transfer,
-}
-
-/// How a container stage's sandbox reaches the engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Transfer {
-    /// Bind mounts for an engine on this machine (no `docker_host`, or `unix://`/`npipe://`);
-    /// the archive API for any other (`tcp://`, `ssh://`), which cannot see heddle's files.
-    #[default]
-    Auto,
-    Bind,
-    Archive,
-}
-
-impl Transfer {
-    /// Whether this stage copies its sandbox through the archive API on `docker_host`.
-    pub fn uses_archive(self, docker_host: Option<&str>) -> bool {
-        match self {
-            Transfer::Bind => false,
-            Transfer::Archive => true,
-            Transfer::Auto => docker_host
-                .is_some_and(|h| !(h.starts_with("unix://") || h.starts_with("npipe://"))),
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,8 +6,7 @@ use toml::Spanned;
 
 use super::layers::{Layers, Origin};
 use super::loader::Loader;
-use super::{ContainerOpts, Network, PullPolicy};
-use crate::exec::Transfer;
+use super::{ContainerOpts, Network, PullPolicy, Transfer};
 use crate::spec::{GpuSpec, RawStage};
 use crate::template::Template;
 

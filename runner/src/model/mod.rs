@@ -102,7 +102,30 @@ pub struct ContainerOpts {
     pub workdir: Option<String>,
     pub pull: PullPolicy,
     pub docker_host: Option<String>,
-    pub transfer: crate::exec::Transfer,
+    pub transfer: Transfer,
+}
+
+/// How a container stage's sandbox reaches the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transfer {
+    /// Bind mounts for an engine on this machine (no `docker_host`, or `unix://`/`npipe://`);
+    /// the archive API for any other (`tcp://`, `ssh://`), which cannot see heddle's files.
+    #[default]
+    Auto,
+    Bind,
+    Archive,
+}
+
+impl Transfer {
+    /// Whether this stage copies its sandbox through the archive API on `docker_host`.
+    pub fn uses_archive(self, docker_host: Option<&str>) -> bool {
+        match self {
+            Transfer::Bind => false,
+            Transfer::Archive => true,
+            Transfer::Auto => docker_host
+                .is_some_and(|h| !(h.starts_with("unix://") || h.starts_with("npipe://"))),
+        }
+    }
 }
 
 /// A container's `network`: parsed at load, so a typo is a load-time error at the key.

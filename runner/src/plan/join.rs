@@ -11,7 +11,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 
-use crate::plan::Matrix;
+use super::Matrix;
 
 /// Upstream instances bucketed by their values on a fixed list of keys.
 pub(crate) struct ProjectionIndex {

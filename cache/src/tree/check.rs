@@ -18,7 +18,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::{Component, Path};
 
-use crate::tree::TreeEntry;
+use super::TreeEntry;
 
 /// The most symlinks one resolution may pass through (Linux's own limit is 40).
 pub const MAX_LINK_HOPS: usize = 40;

@@ -11,15 +11,19 @@
 //! `/`-separated UTF-8 path). serde_json writes struct fields in declaration order and escapes
 //! strings deterministically, so the encoding of a given tree is unique. Directories are listed
 //! so empty ones survive. The tree digest is the sha256 of these bytes, and the bytes are stored
-//! as a blob so a tree can be rebuilt from its digest.
+//! as a blob so a tree can be rebuilt from its digest. A manifest is accepted only after
+//! [`check`] has found nothing in it that could write outside its destination.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::tree_check::check_tree;
 use crate::{CacheError, Digest};
+
+pub mod check;
+
+pub use check::check_tree;
 
 /// Domain tag and format version. Bump the version if the line format changes: old tree
 /// digests then simply stop matching, which turns every cached directory output into a miss

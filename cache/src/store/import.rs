@@ -1,0 +1,170 @@
+//! Importing a blob from elsewhere (a remote cache): streamed into `tmp/`, hashed as it is
+//! written, and moved into place only if it hashed to the digest it was asked for.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+
+use super::Store;
+use crate::fsutil::{blob_mtime, set_readonly, unique_name, TempPath};
+use crate::{CacheError, Digest};
+
+/// A blob on its way in from elsewhere (a remote cache), written chunk by chunk to the
+/// store's `tmp/` and hashed as it is written, so its bytes are read once. Start one with
+/// [`Store::start_blob_import`], feed it with [`BlobImport::write`], and hand it to
+/// [`Store::import_verified_blob`], which moves it into place only if it hashed to the digest
+/// it was started for. Dropped unfinished, it removes its temp file.
+pub struct BlobImport {
+    tmp: TempPath,
+    file: File,
+    hasher: sha2::Sha256,
+    size: u64,
+    expected: Digest,
+}
+
+impl BlobImport {
+    /// Append a chunk (blocking file I/O: async callers run it on a blocking thread).
+    pub fn write(&mut self, chunk: &[u8]) -> Result<(), CacheError> {
+        use sha2::Digest as _;
+        self.hasher.update(chunk);
+        self.size += chunk.len() as u64;
+        self.file
+            .write_all(chunk)
+            .map_err(CacheError::io("write", self.tmp.path()))
+    }
+
+    /// Bytes written so far.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn expected(&self) -> Digest {
+        self.expected
+    }
+}
+
+/// What [`Store::import_verified_blob`] did with a [`BlobImport`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImportOutcome {
+    /// The bytes hashed to the expected digest and are now that blob.
+    Stored { size: u64 },
+    /// The bytes hashed to `actual` instead; they were discarded and the store is unchanged.
+    Mismatch { actual: Digest, size: u64 },
+}
+
+impl Store {
+    /// Begin importing the blob `expected` (see [`BlobImport`]).
+    pub fn start_blob_import(&self, expected: Digest) -> Result<BlobImport, CacheError> {
+        use sha2::Digest as _;
+        let tmp = TempPath::new(self.tmp.join(unique_name("i-")));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(tmp.path())
+            .map_err(CacheError::io("create", tmp.path()))?;
+        Ok(BlobImport {
+            tmp,
+            file,
+            hasher: sha2::Sha256::new(),
+            size: 0,
+            expected,
+        })
+    }
+
+    /// Finish an import: if the bytes written hashed to the digest the import was started for,
+    /// seal the file (blob mtime sentinel, read-only) and rename it into place, where it joins
+    /// the next group commit like any new blob; otherwise remove it. The hash computed while
+    /// writing is the only one: nothing is read back.
+    pub fn import_verified_blob(&self, import: BlobImport) -> Result<ImportOutcome, CacheError> {
+        use sha2::Digest as _;
+        let BlobImport {
+            tmp,
+            mut file,
+            hasher,
+            size,
+            expected,
+        } = import;
+        let actual = Digest::from_bytes(hasher.finalize().into());
+        if actual != expected {
+            return Ok(ImportOutcome::Mismatch { actual, size });
+        }
+        file.flush().map_err(CacheError::io("write", tmp.path()))?;
+        file.set_modified(blob_mtime())
+            .map_err(CacheError::io("set mtime of", tmp.path()))?;
+        drop(file);
+        set_readonly(tmp.path(), false).map_err(CacheError::io("make read-only", tmp.path()))?;
+        self.rename_blob(tmp, &expected)?;
+        self.mark_verified(&expected);
+        Ok(ImportOutcome::Stored { size })
+    }
+}
+
+#[cfg(test)]
+mod import_tests {
+    use std::fs;
+
+    use super::super::BlobState;
+    use super::*;
+
+    fn open() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("s")).unwrap();
+        (dir, store)
+    }
+
+    fn tmp_files(store: &Store) -> usize {
+        fs::read_dir(&store.tmp).unwrap().count()
+    }
+
+    #[test]
+    fn an_import_in_chunks_becomes_the_blob() {
+        let (_dir, store) = open();
+        let bytes: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let digest = Digest::of_bytes(&bytes);
+        let mut import = store.start_blob_import(digest).unwrap();
+        for chunk in bytes.chunks(65_000) {
+            import.write(chunk).unwrap();
+        }
+        assert_eq!(import.size(), bytes.len() as u64);
+        let outcome = store.import_verified_blob(import).unwrap();
+        assert_eq!(
+            outcome,
+            ImportOutcome::Stored {
+                size: bytes.len() as u64
+            }
+        );
+        assert_eq!(fs::read(store.blob_path(&digest)).unwrap(), bytes);
+        // Sealed like any blob: served on its stat, without a re-hash.
+        assert_eq!(
+            store.blob_state(&digest, Some(bytes.len() as u64)).unwrap(),
+            BlobState::Ok
+        );
+        assert_eq!(tmp_files(&store), 0);
+    }
+
+    #[test]
+    fn an_import_of_other_bytes_is_discarded() {
+        let (_dir, store) = open();
+        let wanted = Digest::of_bytes(b"the real bytes");
+        let mut import = store.start_blob_import(wanted).unwrap();
+        import.write(b"some other bytes").unwrap();
+        let outcome = store.import_verified_blob(import).unwrap();
+        assert_eq!(
+            outcome,
+            ImportOutcome::Mismatch {
+                actual: Digest::of_bytes(b"some other bytes"),
+                size: 16
+            }
+        );
+        assert!(!store.has_blob(&wanted));
+        assert_eq!(tmp_files(&store), 0);
+    }
+
+    #[test]
+    fn an_abandoned_import_leaves_nothing() {
+        let (_dir, store) = open();
+        let mut import = store.start_blob_import(Digest::of_bytes(b"x")).unwrap();
+        import.write(b"half").unwrap();
+        drop(import);
+        assert_eq!(tmp_files(&store), 0);
+    }
+}

@@ -1,0 +1,85 @@
+//! The stat cache: what skips a re-hash and what is rewritten.
+
+use super::*;
+
+#[test]
+fn stat_cache_skips_rehash_when_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("input");
+    fs::write(&p, b"v1").unwrap();
+    // Make the file old enough not to be racy.
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    fs::File::options()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let cache_path = dir.path().join("stats.json");
+    let c = StatCache::load(&cache_path);
+    assert_eq!(c.hash(&p).unwrap(), Digest::of_bytes(b"v1"));
+    assert_eq!(c.hash(&p).unwrap(), Digest::of_bytes(b"v1"));
+    assert_eq!(c.hash_count(), 1);
+    c.save().unwrap();
+    let c = StatCache::load(&cache_path);
+    assert_eq!(c.hash(&p).unwrap(), Digest::of_bytes(b"v1"));
+    assert_eq!(c.hash_count(), 0);
+    fs::write(&p, b"v2").unwrap();
+    assert_eq!(c.hash(&p).unwrap(), Digest::of_bytes(b"v2"));
+    assert_eq!(c.hash_count(), 1);
+    // A fresh (racy) file is re-hashed until it is old enough.
+    assert_eq!(c.hash(&p).unwrap(), Digest::of_bytes(b"v2"));
+    assert_eq!(c.hash_count(), 2);
+    // A torn cache file is an empty cache.
+    fs::write(&cache_path, b"{\"format\":\"heddle/stat").unwrap();
+    assert!(StatCache::load(&cache_path).is_empty());
+}
+
+#[test]
+fn is_materialized_uses_stat_records() {
+    let (dir, s) = store();
+    let p = dir.path().join("big");
+    fs::write(&p, big(500_000, 4)).unwrap();
+    let out = s.put_output(&p).unwrap();
+    let stats = StatCache::load(&dir.path().join("stats.json"));
+    let dest = dir.path().join("dest");
+    s.materialize_recorded(&out, &dest, &stats).unwrap();
+    for _ in 0..3 {
+        assert!(s.is_materialized(&out, &dest, &stats));
+    }
+    assert_eq!(stats.hash_count(), 0);
+    // Linking the same blob elsewhere (which moves a shared inode's ctime) costs no re-hash.
+    s.materialize(&out, &dir.path().join("another")).unwrap();
+    assert!(s.is_materialized(&out, &dest, &stats));
+    assert_eq!(stats.hash_count(), 0);
+    crate::fsutil::remove_any(&dest).unwrap();
+    fs::write(&dest, b"something else").unwrap();
+    assert!(!s.is_materialized(&out, &dest, &stats));
+    assert!(!s.is_materialized(&out, &dir.path().join("absent"), &stats));
+}
+
+#[test]
+fn an_unchanged_stat_cache_is_not_rewritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("f");
+    fs::write(&file, b"x").unwrap();
+    let at = dir.path().join("stat-cache");
+    let c = StatCache::load(&at);
+    c.record(&file, Digest::of_bytes(b"x"));
+    c.save().unwrap();
+    let mtime = || fs::metadata(&at).unwrap().modified().unwrap();
+    let first = mtime();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+
+    // The same record again (a no-op run materialises nothing new): nothing to write.
+    let c = StatCache::load(&at);
+    c.record(&file, Digest::of_bytes(b"x"));
+    c.save().unwrap();
+    assert_eq!(mtime(), first);
+
+    // A change is written.
+    c.forget(&file);
+    c.save().unwrap();
+    assert_ne!(mtime(), first);
+    assert!(StatCache::load(&at).is_empty());
+}
