@@ -47,7 +47,9 @@ fn runs_text(p: &Project) -> String {
     assert_eq!(lines.len(), ids.len(), "{out}");
     let mut masked = String::new();
     for (line, id) in lines.iter().zip(&ids) {
-        let rest = line.strip_prefix(id.as_str()).unwrap_or_else(|| panic!("{line}"));
+        let rest = line
+            .strip_prefix(id.as_str())
+            .unwrap_or_else(|| panic!("{line}"));
         // `  {status:<11} {pipeline:<16} {duration:>7}`: the duration is 7 characters at 31.
         let (head, tail) = rest.split_at(31);
         masked.push_str(&format!("RUN{head}  <dur>{}\n", &tail[7..]));

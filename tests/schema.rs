@@ -102,7 +102,12 @@ fn init_writes_the_schemas_its_pipeline_names() {
     out.ok();
     let pipeline = dir.path().join("pipelines/mezo-ort.toml");
     let text = std::fs::read_to_string(&pipeline).unwrap();
-    let target = text.lines().next().unwrap().strip_prefix("#:schema ").unwrap();
+    let target = text
+        .lines()
+        .next()
+        .unwrap()
+        .strip_prefix("#:schema ")
+        .unwrap();
     let written = std::fs::read_to_string(pipeline.parent().unwrap().join(target)).unwrap();
     assert_eq!(written, heddle_schema("pipeline"));
     let stage = std::fs::read_to_string(dir.path().join("schemas/stage.schema.json")).unwrap();

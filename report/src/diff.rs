@@ -64,7 +64,12 @@ impl ParamChange {
                 _ => t,
             }
         };
-        format!("{}={}→{}", self.name, cut(self.a.as_ref()), cut(self.b.as_ref()))
+        format!(
+            "{}={}→{}",
+            self.name,
+            cut(self.a.as_ref()),
+            cut(self.b.as_ref())
+        )
     }
 }
 
@@ -597,9 +602,15 @@ mod tests {
             b,
         };
         let (a8, a16) = (Value::from("a8_w8"), Value::from("a16_w16"));
-        assert_eq!(c(Some(a8.clone()), Some(a16)).text(16), "quant=a8_w8→a16_w16");
+        assert_eq!(
+            c(Some(a8.clone()), Some(a16)).text(16),
+            "quant=a8_w8→a16_w16"
+        );
         assert_eq!(c(None, Some(a8)).text(16), "quant=(unset)→a8_w8");
         let long = Value::from("abcdefghijklmnopqrstuvwxyz");
-        assert_eq!(c(Some(long), Some(Value::from(2))).text(8), "quant=abcdefg…→2");
+        assert_eq!(
+            c(Some(long), Some(Value::from(2))).text(8),
+            "quant=abcdefg…→2"
+        );
     }
 }

@@ -317,7 +317,9 @@ pub fn definition_digests(
 /// written). Read directly, not through the stat cache: the file is small and read anyway.
 fn stage_toml_digest(path: &Path) -> Result<Digest, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(Digest::of_bytes(crate::spec::without_schema_directive(&bytes)))
+    Ok(Digest::of_bytes(crate::spec::without_schema_directive(
+        &bytes,
+    )))
 }
 
 #[cfg(test)]
@@ -337,9 +339,22 @@ mod tests {
         let body = "[stage]\nrun = \"true\"\n";
         let plain = digests(body);
         // The digest of the bytes as they were before the line existed: keys stay identical.
-        assert_eq!(plain["stage.toml"], Digest::of_bytes(body.as_bytes()).to_string());
-        assert_eq!(digests(&format!("#:schema ../../../schemas/stage.schema.json\n{body}")), plain);
-        assert_eq!(digests(&format!("#:schema https://example.invalid/s.json\r\n{body}")), plain);
+        assert_eq!(
+            plain["stage.toml"],
+            Digest::of_bytes(body.as_bytes()).to_string()
+        );
+        assert_eq!(
+            digests(&format!(
+                "#:schema ../../../schemas/stage.schema.json\n{body}"
+            )),
+            plain
+        );
+        assert_eq!(
+            digests(&format!(
+                "#:schema https://example.invalid/s.json\r\n{body}"
+            )),
+            plain
+        );
         // Any other comment is part of the file, as before.
         assert_ne!(digests(&format!("# a note\n{body}")), plain);
         assert_ne!(digests(&format!("{body}#:schema x\n")), plain);

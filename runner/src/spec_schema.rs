@@ -365,7 +365,10 @@ mod tests {
         let d = SchemaKind::Stage.schema();
         let def = props(&d, "DefinitionStage");
         for k in NOT_IN_DEFINITION {
-            assert!(!def.contains(&k.to_string()), "{k} in a definition's [stage]");
+            assert!(
+                !def.contains(&k.to_string()),
+                "{k} in a definition's [stage]"
+            );
         }
         assert!(def.contains(&"include".to_string()) && def.contains(&"run".to_string()));
     }
