@@ -85,6 +85,12 @@ enum Cmd {
     },
     /// Print the man page (roff): `heddle man > heddle.1`.
     Man,
+    /// Print the JSON Schema of a pipeline file or a stage.toml (editor completion):
+    /// `heddle schema pipeline > schemas/pipeline.schema.json`.
+    Schema {
+        #[arg(value_enum)]
+        file: commands::schema::SchemaArg,
+    },
 }
 
 /// Parse the command line, run the command, print its error if any; returns the exit code.
@@ -143,5 +149,6 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
         Cmd::Gc(a) => commands::gc::gc(a).await,
         Cmd::Completions { shell } => commands::shell::completions(*shell, Cli::command()),
         Cmd::Man => commands::shell::man(Cli::command()),
+        Cmd::Schema { file } => commands::schema::schema(*file),
     }
 }

@@ -39,6 +39,24 @@ if ! ls "$venv"/lib/python*/site-packages/rapidocr_onnxruntime/models >/dev/null
 fi
 export HEDDLE_REQUIRE_BYOM=1
 
+# The JSON Schemas editors read (schemas/*.schema.json), checked by a validator that is not
+# heddle: every pipeline and stage definition in the repository validates, and a misspelt key
+# does not. tests/schema.rs runs the same checks under cargo test (required from here on).
+if [[ ! -x "$venv/bin/check-jsonschema" ]]; then
+  echo "== check-jsonschema for the schema tests"
+  "$venv/bin/pip" install -q --disable-pip-version-check check-jsonschema==0.39.0
+fi
+export HEDDLE_REQUIRE_SCHEMA_CHECK=1
+echo "== JSON Schemas: every pipeline and stage.toml validates, a misspelt key does not"
+"$venv/bin/check-jsonschema" --schemafile schemas/pipeline.schema.json pipelines/*.toml
+find stages -name stage.toml -print0 | xargs -0 "$venv/bin/check-jsonschema" --schemafile schemas/stage.schema.json
+misspelt="$(mktemp -d)/stage.toml"
+printf '[stage]\nrun = "true"\ntimout = "1m"\n' > "$misspelt"
+if "$venv/bin/check-jsonschema" --schemafile schemas/stage.schema.json "$misspelt" >/dev/null; then
+  echo "schemas/stage.schema.json accepts a misspelt key (timout = \"1m\")" >&2
+  exit 1
+fi
+
 if docker info >/dev/null 2>&1; then
   echo "== test images"
   bash tests/images/build-busybox.sh

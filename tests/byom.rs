@@ -93,7 +93,7 @@ fn foreign_model_from_an_empty_folder() {
     let run = |args: &[&str]| heddle_ok(&project, &cache, args);
     assert_eq!(
         run(&["init", "--example", "compile-onnx"]),
-        "created .heddle/, .gitignore and pipelines/compile-onnx.toml\nnext: heddle run pipelines/compile-onnx.toml\n"
+        "created .heddle/, .gitignore, schemas/ and pipelines/compile-onnx.toml\nnext: heddle run pipelines/compile-onnx.toml\n"
     );
     assert!(!project.join("stages").exists());
     user_files(&site, &project);

@@ -20,6 +20,8 @@ pub struct Verdict {
     pub recorded: bool,
     /// Where: `row "3e-02" col "sign"` or `line 4 word 2`.
     pub place: String,
+    /// A table cell (`row … col …`), not a word of a line outside a table.
+    pub cell: bool,
     pub entry: String,
     pub now: String,
     /// For numbers, the difference the rule allowed (`±0.00005e-03`, `rtol 0.01 atol 0`); `None`
@@ -137,11 +139,12 @@ fn is_rule(cells: &[String]) -> bool {
 
 /// One value of the entry against the rerun's: a number by the rule, `?` as not recorded,
 /// anything else as text that must be equal. `None` when equal text (nothing to report).
-fn verdict(place: String, x: &str, y: &str, rule: Rule) -> Option<Verdict> {
+fn verdict(place: String, cell: bool, x: &str, y: &str, rule: Rule) -> Option<Verdict> {
     let v = |ok, recorded, allowed| Verdict {
         ok,
         recorded,
         place,
+        cell,
         entry: x.into(),
         now: y.into(),
         allowed,
@@ -189,6 +192,7 @@ pub fn compare_blocks(entry: &str, now: &str, rule: Rule) -> Vec<Verdict> {
                             ok: false,
                             recorded: true,
                             place: format!("{section} header"),
+                            cell: false,
                             entry: a.trim().into(),
                             now: b.trim().into(),
                             allowed: None,
@@ -209,6 +213,7 @@ pub fn compare_blocks(entry: &str, now: &str, rule: Rule) -> Vec<Verdict> {
                                 ok: false,
                                 recorded: true,
                                 place: format!("{}row \"{row}\" key", prefix(&section)),
+                                cell: true,
                                 entry: x.into(),
                                 now: y.into(),
                                 allowed: None,
@@ -218,7 +223,7 @@ pub fn compare_blocks(entry: &str, now: &str, rule: Rule) -> Vec<Verdict> {
                     }
                     let col = header.get(j).cloned().unwrap_or_else(|| format!("#{j}"));
                     let place = format!("{}row \"{row}\" col \"{col}\"", prefix(&section));
-                    out.extend(verdict(place, x, y, rule));
+                    out.extend(verdict(place, true, x, y, rule));
                 }
             }
             _ => {
@@ -234,6 +239,7 @@ pub fn compare_blocks(entry: &str, now: &str, rule: Rule) -> Vec<Verdict> {
                     );
                     out.extend(verdict(
                         format!("line {} word {}", i + 1, k + 1),
+                        false,
                         x,
                         y,
                         rule,

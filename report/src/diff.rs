@@ -54,6 +54,25 @@ pub struct ParamChange {
     pub b: Option<Value>,
 }
 
+impl ParamChange {
+    /// `name=a→b` as `heddle diff` prints the values, each cut to `max` characters (`…`).
+    pub fn text(&self, max: usize) -> String {
+        let cut = |v: Option<&Value>| {
+            let t = value_text(v);
+            match t.char_indices().nth(max.saturating_sub(1)) {
+                Some((i, _)) if t.chars().count() > max => format!("{}…", &t[..i]),
+                _ => t,
+            }
+        };
+        format!(
+            "{}={}→{}",
+            self.name,
+            cut(self.a.as_ref()),
+            cut(self.b.as_ref())
+        )
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum InstanceDelta {
@@ -139,7 +158,7 @@ pub fn diff(a: RunSide, b: RunSide) -> RunDiff {
     RunDiff {
         a: run_id(a.record),
         b: run_id(b.record),
-        params: params(&a.record.params, &b.record.params),
+        params: param_changes(&a.record.params, &b.record.params),
         instances: instances(a.record, b.record),
         tables: tables(a.tables, b.tables),
         facts: facts(a.record, b.record),
@@ -153,7 +172,9 @@ fn run_id(r: &RunRecord) -> RunId {
     }
 }
 
-fn params(a: &BTreeMap<String, Value>, b: &BTreeMap<String, Value>) -> Vec<ParamChange> {
+/// The params set in either map with different values, by name (`heddle runs` lists them per
+/// run against the run before it).
+pub fn param_changes(a: &BTreeMap<String, Value>, b: &BTreeMap<String, Value>) -> Vec<ParamChange> {
     let mut names: Vec<&String> = a.keys().chain(b.keys()).collect();
     names.sort();
     names.dedup();
@@ -570,6 +591,26 @@ mod tests {
                 a: "-0.258".into(),
                 b: "FAILED".into()
             }]
+        );
+    }
+
+    #[test]
+    fn a_param_change_reads_name_old_new_with_long_values_cut() {
+        let c = |a: Option<Value>, b: Option<Value>| ParamChange {
+            name: "quant".into(),
+            a,
+            b,
+        };
+        let (a8, a16) = (Value::from("a8_w8"), Value::from("a16_w16"));
+        assert_eq!(
+            c(Some(a8.clone()), Some(a16)).text(16),
+            "quant=a8_w8→a16_w16"
+        );
+        assert_eq!(c(None, Some(a8)).text(16), "quant=(unset)→a8_w8");
+        let long = Value::from("abcdefghijklmnopqrstuvwxyz");
+        assert_eq!(
+            c(Some(long), Some(Value::from(2))).text(8),
+            "quant=abcdefg…→2"
         );
     }
 }

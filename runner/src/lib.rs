@@ -33,6 +33,7 @@ pub mod sandbox;
 pub mod sched;
 pub mod shared_cache;
 pub mod spec;
+pub mod spec_schema;
 pub mod stage_lib;
 pub mod template;
 pub mod vecmap;

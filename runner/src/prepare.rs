@@ -299,10 +299,64 @@ pub fn definition_digests(
                     .unwrap_or(&p)
                     .to_string_lossy()
                     .replace('\\', "/");
-                let dg = stats.hash(&p).map_err(|e| e.to_string())?;
+                let dg = if rel == "stage.toml" {
+                    stage_toml_digest(&p)?
+                } else {
+                    stats.hash(&p).map_err(|e| e.to_string())?
+                };
                 out.insert(rel, dg.to_string());
             }
         }
     }
     Ok(out)
+}
+
+/// A definition's `stage.toml` hashed without its `#:schema …` first line: the line tells an
+/// editor where the file's JSON Schema is and means nothing to heddle, so adding or changing it
+/// keeps every key (a definition with the line hashes exactly as it did before the line was
+/// written). Read directly, not through the stat cache: the file is small and read anyway.
+fn stage_toml_digest(path: &Path) -> Result<Digest, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Digest::of_bytes(crate::spec::without_schema_directive(
+        &bytes,
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn digests(stage_toml: &str) -> BTreeMap<String, String> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("stage.toml"), stage_toml).unwrap();
+        std::fs::write(dir.path().join("run.py"), "#:schema not a directive here\n").unwrap();
+        let stats = StatCache::load(&dir.path().join("no-stats"));
+        definition_digests(&stats, dir.path()).unwrap()
+    }
+
+    #[test]
+    fn a_schema_directive_does_not_change_the_definition_digest() {
+        let body = "[stage]\nrun = \"true\"\n";
+        let plain = digests(body);
+        // The digest of the bytes as they were before the line existed: keys stay identical.
+        assert_eq!(
+            plain["stage.toml"],
+            Digest::of_bytes(body.as_bytes()).to_string()
+        );
+        assert_eq!(
+            digests(&format!(
+                "#:schema ../../../schemas/stage.schema.json\n{body}"
+            )),
+            plain
+        );
+        assert_eq!(
+            digests(&format!(
+                "#:schema https://example.invalid/s.json\r\n{body}"
+            )),
+            plain
+        );
+        // Any other comment is part of the file, as before.
+        assert_ne!(digests(&format!("# a note\n{body}")), plain);
+        assert_ne!(digests(&format!("{body}#:schema x\n")), plain);
+    }
 }

@@ -1,8 +1,10 @@
-//! `heddle runs` (the recorded runs, one line each) and `heddle show` (one run, an instance a
-//! line): reading run records back.
+//! `heddle runs` (the recorded runs, one line each, with each run's headline number and the
+//! params it changed: [`super::run_columns`]) and `heddle show` (one run, an instance a line):
+//! reading run records back.
 
 use heddle_runner::record::{self, InstanceRecord, RunRecord, Status};
 
+use super::run_columns::{changed_text, columns, RunColumns};
 use crate::error::{Error, EXIT_OK};
 use crate::progress::secs;
 use crate::session::{display_rel, Session};
@@ -28,33 +30,74 @@ pub fn runs(s: &Session, a: &RunsArgs) -> Result<i32, Error> {
         .iter()
         .filter_map(|id| record::load(&root, id).ok())
         .collect();
-    if a.json {
-        let v: Vec<_> = rows
-            .iter()
-            .map(|r| {
-                let (ran, cached, failed, skipped) = r.counts();
-                serde_json::json!({"run_id": r.run_id, "pipeline": r.pipeline, "status": r.status, "duration_ms": r.duration_ms, "ran": ran, "cached": cached, "failed": failed, "skipped": skipped})
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
-    } else if rows.is_empty() {
+    if rows.is_empty() && !a.json {
         println!(
             "no runs recorded under {}",
             display_rel(&record::runs_dir(&root))
         );
-    } else {
-        for r in &rows {
-            let (ran, cached, failed, skipped) = r.counts();
-            println!(
-                "{}  {:<11} {:<16} {:>7}  ran {ran} cached {cached} failed {failed} skipped {skipped}",
-                r.run_id,
-                format!("{:?}", r.status).to_lowercase(),
-                r.pipeline,
-                secs(r.duration_ms)
-            );
-        }
+        return Ok(EXIT_OK);
     }
+    let store = if rows.is_empty() {
+        None
+    } else {
+        s.open_store().ok()
+    };
+    let cols = columns(store.as_deref(), &root, &rows);
+    if a.json {
+        let v: Vec<_> = rows
+            .iter()
+            .zip(&cols)
+            .map(|(r, c)| {
+                let (ran, cached, failed, skipped) = r.counts();
+                serde_json::json!({"run_id": r.run_id, "pipeline": r.pipeline, "status": r.status, "duration_ms": r.duration_ms, "ran": ran, "cached": cached, "failed": failed, "skipped": skipped, "previous": c.previous, "changed_params": c.changed, "headline": c.headline})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        return Ok(EXIT_OK);
+    }
+    print!("{}", table(&rows, &cols));
     Ok(EXIT_OK)
+}
+
+/// One line per run: id, status, pipeline, duration, counts, then (padded so they line up) the
+/// headline number (`-` for none) and the params changed against the pipeline's previous run.
+/// The headline column is left out when no run has one.
+fn table(rows: &[RunRecord], cols: &[RunColumns]) -> String {
+    let counts: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let (ran, cached, failed, skipped) = r.counts();
+            format!("ran {ran} cached {cached} failed {failed} skipped {skipped}")
+        })
+        .collect();
+    let heads: Vec<&str> = cols
+        .iter()
+        .map(|c| c.headline.as_ref().map_or("-", |h| h.value.as_str()))
+        .collect();
+    let width = |v: &[&str]| v.iter().map(|t| t.chars().count()).max().unwrap_or(0);
+    let count_w = width(&counts.iter().map(String::as_str).collect::<Vec<_>>());
+    let head_w = if cols.iter().any(|c| c.headline.is_some()) {
+        width(&heads)
+    } else {
+        0
+    };
+    let mut out = String::new();
+    for ((r, c), (count, head)) in rows.iter().zip(cols).zip(counts.iter().zip(&heads)) {
+        let mut line = format!(
+            "{}  {:<11} {:<16} {:>7}  {count:<count_w$}",
+            r.run_id,
+            format!("{:?}", r.status).to_lowercase(),
+            r.pipeline,
+            secs(r.duration_ms)
+        );
+        if head_w > 0 {
+            line.push_str(&format!("  {head:>head_w$}"));
+        }
+        line.push_str(&format!("  {}", changed_text(&c.changed)));
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 pub fn show(s: &Session, a: &ShowArgs) -> Result<i32, Error> {

@@ -1,6 +1,7 @@
 //! `heddle stages list | show NAME` and `heddle init [--example NAME]`: the stage library as a
 //! user sees it, and a project scaffold that runs with nothing copied from heddle's repository
-//! (its stages come from the library in the binary, `heddle_runner::stage_lib`).
+//! (its stages come from the library in the binary, `heddle_runner::stage_lib`; the JSON Schemas
+//! its pipeline names for editors are written beside it).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -8,6 +9,7 @@ use std::path::{Path, PathBuf};
 use heddle_runner::diag::Source;
 use heddle_runner::model::{toml_to_json, value_text};
 use heddle_runner::spec::{self, StageDefSpec};
+use heddle_runner::spec_schema::SchemaKind;
 use heddle_runner::stage_lib;
 
 use clap::Subcommand;
@@ -122,8 +124,14 @@ fn show(root: &Path, name: &str, lib_base: &Path) -> Result<String, Error> {
     Ok(out)
 }
 
-/// `heddle init [--example NAME]` in `dir`: `.heddle/`, `.gitignore`, `pipelines/NAME.toml`.
-/// Never overwrites a file.
+/// `heddle init [--example NAME]` in `dir`: `.heddle/`, `.gitignore`, `schemas/` and
+/// `pipelines/NAME.toml`. Never overwrites a file.
+///
+/// The example's first line, `#:schema ../schemas/pipeline.schema.json`, is the one it has in
+/// heddle's repository, and it resolves in the new project too: the schemas are written to the
+/// project's own `schemas/` (not the ignored `.heddle/`), so they are committed with the project
+/// and an editor finds them in every clone, with no network and at the version of the heddle that
+/// wrote the project. `heddle schema pipeline|stage` rewrites them after an upgrade.
 fn scaffold(dir: &Path, example: &str) -> Result<String, Error> {
     let Some((_, text)) = EXAMPLES.iter().find(|(n, _)| *n == example) else {
         let known: Vec<&str> = EXAMPLES.iter().map(|(n, _)| *n).collect();
@@ -132,28 +140,32 @@ fn scaffold(dir: &Path, example: &str) -> Result<String, Error> {
             known.join(", ")
         )));
     };
-    let pipeline = dir.join("pipelines").join(format!("{example}.toml"));
-    let ignore = dir.join(".gitignore");
-    for p in [&pipeline, &ignore] {
-        if p.exists() {
-            return Err(Error::Usage(format!(
-                "{} exists; heddle init writes only new files",
-                p.display()
-            )));
-        }
+    let mut files: Vec<(PathBuf, String)> = vec![
+        (
+            dir.join("pipelines").join(format!("{example}.toml")),
+            text.to_string(),
+        ),
+        (dir.join(".gitignore"), "out/\n.heddle/\n".into()),
+    ];
+    for kind in SchemaKind::ALL {
+        files.push((dir.join("schemas").join(kind.file_name()), kind.text()));
     }
-    let write = |p: &PathBuf, bytes: &str| -> Result<(), Error> {
+    if let Some((p, _)) = files.iter().find(|(p, _)| p.exists()) {
+        return Err(Error::Usage(format!(
+            "{} exists; heddle init writes only new files",
+            p.display()
+        )));
+    }
+    let heddle = dir.join(".heddle");
+    std::fs::create_dir_all(&heddle).map_err(|e| io_fail(&heddle, e))?;
+    for (p, bytes) in &files {
         if let Some(parent) = p.parent() {
             std::fs::create_dir_all(parent).map_err(|e| io_fail(parent, e))?;
         }
-        std::fs::write(p, bytes).map_err(|e| io_fail(p, e))
-    };
-    let heddle = dir.join(".heddle");
-    std::fs::create_dir_all(&heddle).map_err(|e| io_fail(&heddle, e))?;
-    write(&ignore, "out/\n.heddle/\n")?;
-    write(&pipeline, text)?;
+        std::fs::write(p, bytes).map_err(|e| io_fail(p, e))?;
+    }
     Ok(format!(
-        "created .heddle/, .gitignore and pipelines/{example}.toml\nnext: heddle run pipelines/{example}.toml\n"
+        "created .heddle/, .gitignore, schemas/ and pipelines/{example}.toml\nnext: heddle run pipelines/{example}.toml\n"
     ))
 }
 

@@ -15,7 +15,7 @@ use super::loader::Loader;
 use super::value::{toml_to_json, ParamDef, ParamType};
 use super::StageDef;
 use crate::diag::{Diagnostic, Source};
-use crate::spec::{self, ParamDecl, RawStage, StageDefSpec};
+use crate::spec::{self, ParamDecl, RawStage, StageDefSpec, NOT_IN_DEFINITION};
 
 /// A loaded definition and its `[stage]` table, the middle layer of a stage's settings.
 #[derive(Clone)]
@@ -108,14 +108,8 @@ impl Loader {
             .map(|(k, v)| (k.get_ref().clone(), v.get_ref().optional))
             .collect();
         let st = spec.stage.get_ref();
-        for (bad, set) in [
-            ("uses", st.uses.is_some()),
-            ("with", st.with_.is_some()),
-            ("inputs", st.inputs.is_some()),
-            ("outputs", st.outputs.is_some()),
-            ("matrix", st.matrix.is_some()),
-        ] {
-            if set {
+        for bad in NOT_IN_DEFINITION {
+            if st.sets(bad) {
                 errs.push(source.error(Some(spec.stage.span()), format!("`{bad}` is not allowed in a definition's [stage]; declare [inputs]/[outputs]/[params] tables")));
             }
         }

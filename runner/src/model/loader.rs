@@ -16,7 +16,7 @@ use super::definition::LoadedDef;
 use super::value::{parse_value_text, toml_to_json, ParamType};
 use super::{valid_name, EnvDef, LoadError, LoadOptions, Pipeline};
 use crate::diag::{did_you_mean, Diagnostic, Diagnostics, Source};
-use crate::spec::{EnvSpec, PipelineSpec, RawStage};
+use crate::spec::{EnvSpec, PipelineSpec, RawStage, NOT_IN_DEFAULTS};
 
 pub(super) struct Loader {
     pub src: Arc<Source>,
@@ -208,16 +208,7 @@ impl Loader {
     /// `[defaults]` allows only the keys a stage inherits.
     fn check_stage_keys(&mut self, raw: &Spanned<RawStage>, what: &str) {
         let r = raw.get_ref();
-        let set = [
-            ("uses", r.uses.is_some()),
-            ("with", r.with_.is_some()),
-            ("inputs", r.inputs.is_some()),
-            ("outputs", r.outputs.is_some()),
-            ("matrix", r.matrix.is_some()),
-            ("run", r.run.is_some()),
-            ("include", r.include.is_some()),
-        ];
-        for (k, _) in set.into_iter().filter(|(_, is_set)| *is_set) {
+        for k in NOT_IN_DEFAULTS.into_iter().filter(|k| r.sets(k)) {
             self.err(raw.span(), format!("`{k}` is not allowed in {what}"));
         }
     }
