@@ -205,7 +205,7 @@ fn foreign_model_through_the_dfc_double_with_a_user_model_script() {
     ) {
         return;
     }
-    let (dir, project, cache) = empty_project();
+    let (_dir, project, cache) = empty_project();
     let run = |args: &[&str]| heddle_ok(&project, &cache, args);
     run(&["init"]);
     user_files(&site, &project);

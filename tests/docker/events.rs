@@ -11,13 +11,13 @@ use crate::support::docker;
 use crate::{unique, BUSYBOX};
 
 /// Watches the engine's container `create` events from now on.
-struct Creates {
+pub(crate) struct Creates {
     child: Child,
     lines: mpsc::Receiver<String>,
 }
 
 impl Creates {
-    fn watch() -> Creates {
+    pub(crate) fn watch() -> Creates {
         // A second of slack for clock rounding: events are matched to a run by label anyway.
         let since = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -46,7 +46,7 @@ impl Creates {
 
     /// The labels of every container created since `watch`. Events arrive in order, so once a
     /// marker container created now shows up, every earlier create has been seen.
-    fn finish(self) -> Vec<BTreeMap<String, String>> {
+    pub(crate) fn finish(self) -> Vec<BTreeMap<String, String>> {
         let marker = unique("marker");
         let id = docker::cli(&[
             "create",
@@ -74,7 +74,7 @@ impl Creates {
     }
 
     /// Instance labels of the containers run `run_id` created, sorted.
-    fn of_run(creates: &[BTreeMap<String, String>], run_id: &str) -> Vec<String> {
+    pub(crate) fn of_run(creates: &[BTreeMap<String, String>], run_id: &str) -> Vec<String> {
         let mut v: Vec<String> = creates
             .iter()
             .filter(|a| a.get("heddle.run").map(String::as_str) == Some(run_id))

@@ -62,7 +62,7 @@ fn ctrl_c_or_sigterm_during_a_container_stage_removes_it_and_exits_130() {
     for (sig, name) in [(SIGINT, "SIGINT"), (SIGTERM, "SIGTERM")] {
         let p = long_stage("echo started; sleep 300; echo late > {{ out.o }}");
         let (mut child, run) = start_long(d, &p);
-        signal(&child, sig);
+        signal(child.id(), sig);
         let (code, took) = wait_exit(&mut child, Duration::from_secs(30));
         assert_eq!(code, Some(130), "{name}");
         assert!(took < Duration::from_secs(10), "{name}: took {took:?}");

@@ -4,8 +4,6 @@
 
 use std::os::unix::fs::MetadataExt;
 
-use serde_json::Value;
-
 use crate::support::fill;
 use crate::support::{instance, Project};
 use crate::unprivileged::{Unprivileged, UNPRIVILEGED};

@@ -8,17 +8,17 @@ use std::process::{Command, Stdio};
 use crate::support::{self, Project};
 
 /// The uid and gid tests run heddle as when they run as root.
-const UNPRIVILEGED: u32 = 4321;
+pub(crate) const UNPRIVILEGED: u32 = 4321;
 
 /// Running heddle as [`UNPRIVILEGED`] through `setpriv`, when the test runs as root against the
 /// local socket (otherwise the test process is already the user to check).
-struct Unprivileged {
-    socket_group: u32,
-    socket_mode: u32,
+pub(crate) struct Unprivileged {
+    pub(crate) socket_group: u32,
+    pub(crate) socket_mode: u32,
 }
 
 impl Unprivileged {
-    fn get() -> Option<Unprivileged> {
+    pub(crate) fn get() -> Option<Unprivileged> {
         let root = std::fs::metadata("/proc/self").ok()?.uid() == 0;
         let local = std::env::var("DOCKER_HOST")
             .map(|h| h.is_empty() || h == "unix:///var/run/docker.sock")
@@ -32,7 +32,7 @@ impl Unprivileged {
 
     /// `heddle ARGS` in `p` (handed over to the user) with `group` as the only supplementary
     /// group.
-    fn heddle(&self, p: &Project, group: Option<u32>, args: &[&str]) -> support::Run {
+    pub(crate) fn heddle(&self, p: &Project, group: Option<u32>, args: &[&str]) -> support::Run {
         chown_tree(p.root(), UNPRIVILEGED, UNPRIVILEGED);
         let mut c = Command::new("setpriv");
         c.arg(format!("--reuid={UNPRIVILEGED}"))
@@ -51,7 +51,7 @@ impl Unprivileged {
     }
 }
 
-fn has(program: &str) -> bool {
+pub(crate) fn has(program: &str) -> bool {
     Command::new(program)
         .arg("--version")
         .stdout(Stdio::null())
@@ -60,7 +60,7 @@ fn has(program: &str) -> bool {
         .is_ok()
 }
 
-fn chown_tree(dir: &Path, uid: u32, gid: u32) {
+pub(crate) fn chown_tree(dir: &Path, uid: u32, gid: u32) {
     std::os::unix::fs::chown(dir, Some(uid), Some(gid)).unwrap();
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         if e.file_type().unwrap().is_dir() {
