@@ -10,8 +10,12 @@
 //! tests/all.sh installs both packages (--no-deps: only their files are used) into its venv and
 //! sets HEDDLE_BYOM_SITE to its site-packages; without it the test says it skipped.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use support::Project;
 
 const DOUBLE_IMAGE: &str = "heddle-test/dfc-double:latest";
 
@@ -62,9 +66,19 @@ fn user_files(site: &Path, project: &Path) {
     }
 }
 
+/// An empty project folder with a cache dir beside it (not inside: the test lists the
+/// project's files), both in the returned temp dir.
+fn empty_project() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    let cache = dir.path().join("cache");
+    (dir, project, cache)
+}
+
 /// `heddle ARGS` in `project` with the cache beside it; panics with the output on failure.
 fn heddle_ok(project: &Path, cache: &Path, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_heddle"))
+    let out = Command::new(support::bin())
         .args(args)
         .current_dir(project)
         .env("HEDDLE_CACHE_DIR", cache)
@@ -86,10 +100,7 @@ fn foreign_model_from_an_empty_folder() {
     let Some(site) = site_or_skip() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let cache = dir.path().join("cache");
-    let project = dir.path().join("project");
-    std::fs::create_dir(&project).unwrap();
+    let (dir, project, cache) = empty_project();
     let run = |args: &[&str]| heddle_ok(&project, &cache, args);
     assert_eq!(
         run(&["init", "--example", "compile-onnx"]),
@@ -180,27 +191,6 @@ fn foreign_model_from_an_empty_folder() {
         .starts_with(Path::new(env!("CARGO_MANIFEST_DIR"))));
 }
 
-/// The engine and the DFC double image, or false after saying why (a failure under
-/// HEDDLE_REQUIRE_DOCKER=1).
-fn docker_double_ready(what: &str) -> bool {
-    let image = Command::new("docker")
-        .args(["image", "inspect", DOUBLE_IMAGE])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !image {
-        let why = format!(
-            "no Docker Engine or no image {DOUBLE_IMAGE} (bash tests/images/dfc-double/build.sh)"
-        );
-        assert!(
-            std::env::var("HEDDLE_REQUIRE_DOCKER").as_deref() != Ok("1"),
-            "{what}: HEDDLE_REQUIRE_DOCKER=1 but {why}"
-        );
-        eprintln!("skipped {what}: {why}");
-    }
-    image
-}
-
 /// The DFC backend on the foreign model, against the TEST DOUBLE of the DFC (numbers mean
 /// nothing; the chain, the failures reaching the table and the model-script merge are checked).
 #[test]
@@ -208,13 +198,14 @@ fn foreign_model_through_the_dfc_double_with_a_user_model_script() {
     let Some(site) = site_or_skip() else {
         return;
     };
-    if !docker_double_ready("foreign_model_through_the_dfc_double_with_a_user_model_script") {
+    if !support::docker::image_ready(
+        "foreign_model_through_the_dfc_double_with_a_user_model_script",
+        DOUBLE_IMAGE,
+        "tests/images/dfc-double/build.sh",
+    ) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let cache = dir.path().join("cache");
-    let project = dir.path().join("project");
-    std::fs::create_dir(&project).unwrap();
+    let (_dir, project, cache) = empty_project();
     let run = |args: &[&str]| heddle_ok(&project, &cache, args);
     run(&["init"]);
     user_files(&site, &project);
@@ -306,26 +297,10 @@ fn foreign_model_through_the_dfc_double_with_a_user_model_script() {
     assert!(again.contains("0 ran"), "{again}");
 }
 
-fn heddle_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_heddle"))
-        .args(args)
-        .current_dir(dir)
-        .env("HEDDLE_CACHE_DIR", dir.join("cache"))
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn stages_show_prints_typed_params_inputs_outputs() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join(".heddle")).unwrap();
-    let (code, out, _) = heddle_in(dir.path(), &["stages", "show", "eval/compare"]);
-    assert_eq!(code, 0);
+    let p = Project::new();
+    let out = p.heddle(&["stages", "show", "eval/compare"]).ok().stdout;
     let body = out.split_once("includes:").unwrap().1;
     assert_eq!(
         body,
@@ -347,36 +322,27 @@ outputs:
   table: eval.md
 "
     );
-    let (code, out, _) = heddle_in(dir.path(), &["stages", "show", "onnx/import"]);
-    assert_eq!(code, 0);
+    let out = p.heddle(&["stages", "show", "onnx/import"]).ok().stdout;
     assert!(
         out.contains("  batch: int = 1  size of a symbolic first (batch) axis not named in dims\n"),
         "{out}"
     );
     assert!(out.contains("  dims: table = {}  "), "{out}");
-    let (code, _, err) = heddle_in(dir.path(), &["stages", "show", "no/such"]);
+    let r = p.heddle(&["stages", "show", "no/such"]).code(2);
     assert_eq!(
-        (code, err.as_str()),
-        (
-            2,
-            "error: no stage definition `no/such` (see `heddle stages list`)\n"
-        )
+        r.stderr,
+        "error: no stage definition `no/such` (see `heddle stages list`)\n"
     );
 }
 
 #[test]
 fn stages_list_project_first_then_library() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join(".heddle")).unwrap();
-    let own = dir.path().join("stages/onnx/import");
-    std::fs::create_dir_all(&own).unwrap();
-    std::fs::write(
-        own.join("stage.toml"),
+    let p = Project::new();
+    p.file(
+        "stages/onnx/import/stage.toml",
         "[stage]\ndescription = \"My own importer. More.\"\nrun = \"true\"\n",
-    )
-    .unwrap();
-    let (code, out, err) = heddle_in(dir.path(), &["stages", "list"]);
-    assert_eq!(code, 0, "{err}");
+    );
+    let out = p.heddle(&["stages", "list"]).ok().stdout;
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], "onnx/import    project  My own importer");
     assert!(lines.contains(&"ort/compile    library  The ORT analogue of compiling to a HEF: the quantised model after onnxruntime graph optimisation (OR…"), "{out}");
@@ -391,18 +357,14 @@ fn stages_list_project_first_then_library() {
 
 #[test]
 fn init_refuses_to_overwrite_and_names_examples() {
-    let dir = tempfile::tempdir().unwrap();
-    let (code, _, err) = heddle_in(dir.path(), &["init", "--example", "nope"]);
+    let p = Project::empty();
+    let r = p.heddle(&["init", "--example", "nope"]).code(2);
     assert_eq!(
-        (code, err.as_str()),
-        (
-            2,
-            "error: no example `nope` (examples: compile-onnx, mezo-ort)\n"
-        )
+        r.stderr,
+        "error: no example `nope` (examples: compile-onnx, mezo-ort)\n"
     );
-    assert_eq!(heddle_in(dir.path(), &["init"]).0, 0);
-    let (code, _, err) = heddle_in(dir.path(), &["init"]);
-    assert_eq!(code, 2);
+    p.heddle(&["init"]).ok();
+    let err = p.heddle(&["init"]).code(2).stderr;
     assert!(
         err.ends_with("exists; heddle init writes only new files\n"),
         "{err}"

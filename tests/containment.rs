@@ -6,10 +6,13 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Child;
+use std::time::Duration;
 
-use support::{alive, Project};
+use support::process::{
+    assert_gone, signal, wait_ended, wait_for, wait_for_pid, Running, SIGHUP, SIGTERM,
+};
+use support::{instance, Project};
 
 /// A pipeline of one stage running `run` (a TOML basic string's content), with `extra` keys.
 fn one_stage(p: &Project, run: &str, extra: &str) {
@@ -30,65 +33,6 @@ fn daemon(pidfile: &Path, redirect: &str) -> String {
     )
 }
 
-fn wait_for_pid(pidfile: &Path, child: &mut Child) -> String {
-    let t = Instant::now();
-    loop {
-        if let Ok(s) = std::fs::read_to_string(pidfile) {
-            if !s.trim().is_empty() {
-                return s.trim().to_string();
-            }
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("heddle ended ({status}) before the daemon started");
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "the daemon never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Wait for `child` to end, failing (and killing it) if it takes longer than `limit`: the
-/// property is "ends at all", the limit only keeps a regression from hanging the suite.
-fn wait_ended(child: &mut Child, limit: Duration, what: &str) -> std::process::ExitStatus {
-    let t = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if t.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what}: heddle still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Fails if `pid` is still alive a few seconds from now.
-fn assert_gone(pid: &str, what: &str) {
-    let t = Instant::now();
-    while alive(pid) {
-        if t.elapsed() > Duration::from_secs(5) {
-            // Leave nothing behind for the next test, then fail.
-            unsafe { libc::kill(pid.parse().unwrap(), libc::SIGKILL) };
-            panic!("{what}: the daemon ({pid}) outlived its stage");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn scratch_entries(p: &Project) -> Vec<String> {
-    std::fs::read_dir(p.cache.join("scratch"))
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[test]
 fn a_setsid_daemon_holding_stdout_cannot_outlast_the_stage_timeout() {
     let p = Project::new();
@@ -98,21 +42,13 @@ fn a_setsid_daemon_holding_stdout_cannot_outlast_the_stage_timeout() {
         &format!("{} sleep 300", daemon(&pidfile, "")),
         "timeout = \"1s\"",
     );
-    let mut child = p
-        .cmd(&["run", "p.toml", "--progress", "plain"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = p.spawn_run("p.toml", &[]);
     let pid = wait_for_pid(&pidfile, &mut child);
     let status = wait_ended(&mut child, Duration::from_secs(30), "stage timeout");
     assert_eq!(status.code(), Some(1));
     assert_gone(&pid, "timeout");
     let v = p.last_record();
-    assert_eq!(
-        v["instances"][0][1]["status"]["error_class"], "Timeout",
-        "{v}"
-    );
+    assert_eq!(instance(&v, "s")["status"]["error_class"], "Timeout", "{v}");
 }
 
 #[test]
@@ -131,12 +67,7 @@ fn a_setsid_daemon_holding_stdout_does_not_keep_a_finished_stage_running() {
         ),
         "",
     );
-    let mut child = p
-        .cmd(&["run", "p.toml", "--progress", "plain"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = p.spawn_run("p.toml", &[]);
     let pid = wait_for_pid(&pidfile, &mut child);
     let status = wait_ended(&mut child, Duration::from_secs(30), "finished stage");
     assert_eq!(status.code(), Some(0));
@@ -164,7 +95,7 @@ fn a_daemon_with_redirected_fds_is_gone_after_its_stage() {
 
 #[test]
 fn sigterm_and_sighup_end_a_run_held_by_a_daemon_with_its_record_written() {
-    for (sig, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")] {
+    for (sig, name) in [(SIGTERM, "SIGTERM"), (SIGHUP, "SIGHUP")] {
         let p = Project::new();
         let pidfile = p.path("daemon.pid");
         let stage_pid = p.path("stage.pid");
@@ -177,15 +108,10 @@ fn sigterm_and_sighup_end_a_run_held_by_a_daemon_with_its_record_written() {
             ),
             "",
         );
-        let mut child = p
-            .cmd(&["run", "p.toml", "--progress", "plain"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = p.spawn_run("p.toml", &[]);
         let daemon_pid = wait_for_pid(&pidfile, &mut child);
         let leader = wait_for_pid(&stage_pid, &mut child);
-        unsafe { libc::kill(child.id() as i32, sig) };
+        signal(child.id(), sig);
         let status = wait_ended(&mut child, Duration::from_secs(30), name);
         assert_eq!(status.code(), Some(130), "{name}");
         assert_gone(&daemon_pid, name);
@@ -193,13 +119,14 @@ fn sigterm_and_sighup_end_a_run_held_by_a_daemon_with_its_record_written() {
         let v = p.last_record();
         assert_eq!(v["status"], "interrupted", "{name}: {v}");
         assert_eq!(
-            v["instances"][0][1]["status"]["error_class"], "Interrupted",
+            instance(&v, "s")["status"]["error_class"],
+            "Interrupted",
             "{name}"
         );
         assert!(
-            scratch_entries(&p).is_empty(),
+            p.scratch_entries().is_empty(),
             "{name}: scratch still holds {:?}",
-            scratch_entries(&p)
+            p.scratch_entries()
         );
     }
 }
@@ -225,12 +152,7 @@ fn a_300_mb_line_on_stderr_costs_bounded_memory_and_a_bounded_tail() {
         "head -c 300000000 /dev/zero | tr '\\\\0' x >&2; echo >&2; echo 'BoomError: the end' >&2; exit 3",
         "",
     );
-    let child = p
-        .cmd(&["run", "p.toml", "--progress", "plain"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = p.spawn_run("p.toml", &[]);
     let (code, max_rss_kib) = wait_rss(&child);
     assert_eq!(code, 1);
     // Today's main: about 945 MB. A bounded pump is buffers plus the binary.
@@ -246,7 +168,7 @@ fn a_300_mb_line_on_stderr_costs_bounded_memory_and_a_bounded_tail() {
         .find_map(Result::ok)
         .map(|m| m.len());
     let v = p.last_record();
-    let status = &v["instances"][0][1]["status"];
+    let status = &instance(&v, "s")["status"];
     let tail = status["stderr_tail"].as_str().unwrap();
     assert!(tail.len() <= 4096, "stderr_tail of {} bytes", tail.len());
     assert!(
@@ -262,37 +184,15 @@ fn a_300_mb_line_on_stderr_costs_bounded_memory_and_a_bounded_tail() {
     );
 }
 
-/// A run stopped with SIGTERM when dropped, so a failing test leaves no heddle behind.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if self.0.try_wait().ok().flatten().is_none() {
-            unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-            let _ = self.0.wait();
-        }
-    }
-}
-
 /// Start a run whose stage sleeps; return it once its sandbox exists.
 fn start_long_run(p: &Project) -> Running {
     let started = p.path("started");
     one_stage(p, &format!("touch {}; sleep 300", started.display()), "");
-    let mut child = p
-        .cmd(&["run", "p.toml", "--progress", "quiet"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let t = Instant::now();
-    while !started.exists() {
+    let mut child = p.spawn_run("p.toml", &[]);
+    wait_for("the stage to start", Duration::from_secs(20), || {
         assert!(child.try_wait().unwrap().is_none(), "the run ended early");
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "the stage never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        started.exists()
+    });
     Running(child)
 }
 
@@ -307,14 +207,14 @@ fn a_dead_runs_sandbox_is_removed_by_the_next_run_and_by_gc_and_a_live_ones_kept
             ..q
         };
         let mut live = start_long_run(&q);
-        let live_dir = scratch_entries(&p);
+        let live_dir = p.scratch_entries();
         assert_eq!(live_dir.len(), 1, "{cleaner}: {live_dir:?}");
 
         // A run killed with SIGKILL leaves its sandbox folder behind.
         let mut dead = start_long_run(&p);
         dead.0.kill().unwrap();
         dead.0.wait().unwrap();
-        let both = scratch_entries(&p);
+        let both = p.scratch_entries();
         assert_eq!(both.len(), 2, "{cleaner}: {both:?}");
 
         match cleaner {
@@ -329,17 +229,17 @@ fn a_dead_runs_sandbox_is_removed_by_the_next_run_and_by_gc_and_a_live_ones_kept
                 p.heddle(&["cache", "gc"]).ok();
             }
         }
-        let after = scratch_entries(&p);
+        let after = p.scratch_entries();
         assert_eq!(
             after, live_dir,
             "{cleaner}: only the live run's folder is kept"
         );
-        unsafe { libc::kill(live.0.id() as i32, libc::SIGTERM) };
+        signal(live.0.id(), SIGTERM);
         wait_ended(&mut live.0, Duration::from_secs(30), "live run");
         assert!(
-            scratch_entries(&p).is_empty(),
+            p.scratch_entries().is_empty(),
             "{cleaner}: {:?}",
-            scratch_entries(&p)
+            p.scratch_entries()
         );
     }
 }

@@ -14,30 +14,8 @@ use support::Project;
 
 fn project() -> Project {
     let p = Project::new();
-    p.file("data/seed.txt", "3\n").file(
-        "p.toml",
-        r#"
-[pipeline]
-name = "df"
-[params]
-scale = 2
-note = "first"
-[stages.gen]
-matrix = { k = [1, 2] }
-inputs = { seed = { path = "data/seed.txt" } }
-run = "echo $(( {{ matrix.k }} * {{ params.scale }} + $(cat {{ in.seed }}) )) > {{ out.v }}"
-outputs = { v = "v.txt" }
-[stages.table]
-report = true
-inputs = { all = "gen[*].v" }
-run = """
-{ echo '| k | value | ratio |'; echo '| --- | ---: | ---: |'
-  for d in {{ in.all.dir }}/*; do echo "| $(basename $d) | $(cat $d/v.txt).25 | 1.5x |"; done; } > {{ out.md }}
-printf '{"device":{"scale":%s,"name":"cpu"}}' {{ params.scale }} > "$HEDDLE_FACTS_FILE"
-"""
-outputs = { md = "table.md" }
-"#,
-    );
+    p.file("data/seed.txt", "3\n")
+        .file("p.toml", include_str!("fixtures/diff/project.toml"));
     p
 }
 

@@ -4,7 +4,16 @@
 
 mod support;
 
-use support::Project;
+use support::{Project, Run};
+
+/// `heddle run p.toml` with the cache at `cache` instead of the project's.
+fn run_with_cache(p: &Project, cache: &std::path::Path) -> Run {
+    p.cmd(&["run", "p.toml", "--progress", "plain"])
+        .env("HEDDLE_CACHE_DIR", cache)
+        .output()
+        .unwrap()
+        .into()
+}
 
 const PIPELINE: &str = "[pipeline]\nname = \"e\"\n[stages.a]\nrun = \"echo a > {{ out.o }}\"\noutputs = { o = \"o.txt\" }\n";
 
@@ -13,12 +22,7 @@ fn a_cache_dir_under_a_file_names_the_os_error() {
     let p = Project::new();
     p.file("p.toml", PIPELINE).file("plain-file", "");
     let cache = p.path("plain-file/cache");
-    let r = p
-        .cmd(&["run", "p.toml", "--progress", "plain"])
-        .env("HEDDLE_CACHE_DIR", &cache)
-        .output()
-        .unwrap();
-    let r = support::Run::from(r).code(2);
+    let r = run_with_cache(&p, &cache).code(2);
     assert_eq!(
         r.stderr,
         format!(
@@ -70,44 +74,26 @@ fn status_without_a_lock_says_how_to_write_one() {
 #[cfg(target_os = "linux")]
 #[test]
 fn an_unwritable_cache_dir_names_the_os_error() {
+    use support::tmpfs::Tmpfs;
     let p = Project::new();
     p.file("p.toml", PIPELINE);
     let cache = p.path("ro-cache");
     std::fs::create_dir_all(&cache).unwrap();
     // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
+    let mut _mounted = None;
     let cause = if root {
-        let mounted = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "ro,size=64k", "tmpfs"])
-            .arg(&cache)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !mounted {
-            assert!(
-                std::env::var_os("HEDDLE_REQUIRE_ROOT").is_none(),
-                "HEDDLE_REQUIRE_ROOT=1 but cannot mount a tmpfs"
-            );
-            eprintln!("SKIPPED: root without the right to mount a tmpfs");
+        let Some(m) = Tmpfs::mount(&cache, "ro,size=64k") else {
             return;
-        }
+        };
+        _mounted = Some(m);
         "Read-only file system (os error 30)"
     } else {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o555)).unwrap();
         "Permission denied (os error 13)"
     };
-    let r = p
-        .cmd(&["run", "p.toml", "--progress", "plain"])
-        .env("HEDDLE_CACHE_DIR", &cache)
-        .output()
-        .unwrap();
-    if root {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&cache)
-            .status();
-    }
-    let r = support::Run::from(r).code(2);
+    let r = run_with_cache(&p, &cache).code(2);
     assert_eq!(
         r.stderr,
         format!(

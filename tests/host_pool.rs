@@ -5,28 +5,17 @@
 mod support;
 
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use support::fill;
+use support::process::{wait_ended, wait_for};
 use support::Project;
 
 fn device_project(name: &str, sleep: &str) -> Project {
-    let p = Project::new();
-    p.file(
-        "p.toml",
-        &format!(
-            r#"
-[pipeline]
-name = "{name}"
-[resources]
-hailo = {{ units = 1, scope = "host" }}
-[stages.probe]
-matrix = {{ i = [1, 2] }}
-resources = {{ hailo = 1 }}
-run = "date +%s.%N > {{{{ out.t }}}}; sleep {sleep}; date +%s.%N >> {{{{ out.t }}}}"
-outputs = {{ t = "t.txt" }}
-"#
-        ),
-    );
+    let p = Project::with_pipeline(&fill(
+        include_str!("fixtures/host_pool/device.toml"),
+        &[("NAME", name), ("SLEEP", sleep)],
+    ));
     p
 }
 
@@ -88,19 +77,9 @@ fn status_names_the_holder_and_kill_9_frees_the_unit() {
     // A lock file for `heddle status` (it compares against one).
     let b = device_project("hold-b", "0");
     let mut ra = spawn_run(&a, locks.path());
-    let start = Instant::now();
-    // Wait until a's stage holds the unit.
-    loop {
-        let st = heddle_runner_holders(locks.path());
-        if !st.is_empty() {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "a never took the unit"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for("a to take the unit", Duration::from_secs(30), || {
+        !heddle_runner_holders(locks.path()).is_empty()
+    });
     let mut rb = spawn_run(&b, locks.path());
     std::thread::sleep(Duration::from_millis(500));
     assert!(rb.try_wait().unwrap().is_none(), "b must wait for the unit");
@@ -110,17 +89,7 @@ fn status_names_the_holder_and_kill_9_frees_the_unit() {
 
     ra.kill().unwrap(); // SIGKILL
     ra.wait().unwrap();
-    let t = Instant::now();
-    let out = loop {
-        if let Some(s) = rb.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "b still waiting after a died"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let out = wait_ended(&mut rb, Duration::from_secs(30), "b after a died");
     assert!(out.success());
     // Now b has run and written its lock file; `heddle status` shows no holder.
     let st = b

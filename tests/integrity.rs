@@ -9,31 +9,15 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::process::Stdio;
 
+#[cfg(target_os = "linux")]
+use support::fill;
+use support::tmpfs::Tmpfs;
 use support::{instance, Project};
 
 #[cfg(unix)]
 #[test]
 fn a_stage_writing_its_input_fails_and_poisons_nothing() {
-    let p = Project::new();
-    p.file(
-        "p.toml",
-        r#"
-[pipeline]
-name = "poison"
-[stages.make]
-run = "echo good > {{ out.o }}"
-outputs = { o = "o.txt" }
-[stages.vandal]
-inputs = { x = "make.o" }
-# As root the read-only mode of the input does not stop an in-place append.
-run = "chmod u+w {{ in.x }}; echo bad >> {{ in.x }}; cp {{ in.x }} {{ out.o }}"
-outputs = { o = "o.txt" }
-[stages.reader]
-inputs = { x = "vandal.o", y = "make.o" }
-run = "cat {{ in.y }} > {{ out.o }}"
-outputs = { o = "o.txt" }
-"#,
-    );
+    let p = Project::with_pipeline(include_str!("fixtures/integrity/poison.toml"));
     let r = p.run("p.toml", &["--keep-going"]).code(1);
     assert!(
         r.stderr.contains("FAILED  vandal  input `x` was modified"),
@@ -74,23 +58,12 @@ fn a_symlink_output_is_an_error_and_the_host_file_is_untouched() {
     let before = fs::metadata(&host).unwrap();
     p.file(
         "p.toml",
-        &format!(
-            r#"
-[pipeline]
-name = "links"
-[stages.leak]
-run = "ln -s '{}' {{{{ out.o }}}}"
-outputs = {{ o = "o.txt" }}
-[stages.tree]
-run = "mkdir -p {{{{ out.d }}}} && ln -s /etc {{{{ out.d }}}}/etc"
-outputs = {{ d = "d" }}
-# The output's own folder swapped for a link to a host folder holding a file of that name.
-[stages.swap]
-run = "d=$(dirname {{{{ out.o }}}}); rm -rf $d; ln -s '{}' $d"
-outputs = {{ o = "host-secret.txt" }}
-"#,
-            host.display(),
-            p.path("").display()
+        &fill(
+            include_str!("fixtures/integrity/symlink_outputs.toml"),
+            &[
+                ("HOST", &host.display().to_string()),
+                ("PROJECT", &p.path("").display().to_string()),
+            ],
         ),
     );
     let r = p.run("p.toml", &["--keep-going"]).code(1);
@@ -132,22 +105,7 @@ outputs = {{ o = "host-secret.txt" }}
 
 #[test]
 fn matrix_values_are_names_not_paths() {
-    let p = Project::new();
-    p.file(
-        "p.toml",
-        r#"
-[pipeline]
-name = "names"
-[stages.w]
-matrix = { k = ["../../escaped", "/abs", "-rf", "..", "CON", "a\nb"] }
-run = "echo {{ matrix.k }} > {{ out.o }}"
-outputs = { o = "o.txt" }
-[stages.all]
-inputs = { xs = "w[*].o" }
-run = "ls {{ in.xs.dir }} > {{ out.o }}"
-outputs = { o = "o.txt" }
-"#,
-    );
+    let p = Project::with_pipeline(include_str!("fixtures/integrity/matrix_names.toml"));
     p.run("p.toml", &[]).ok();
     assert!(!p.root().parent().unwrap().join("escaped").exists());
     assert!(!p.path("escaped").exists());
@@ -189,20 +147,7 @@ outputs = { o = "o.txt" }
 /// `out/` ends as the later run made it, and both run records are right.
 #[test]
 fn concurrent_runs_with_different_params_do_not_mix_out() {
-    let p = Project::new();
-    p.file(
-        "p.toml",
-        r#"
-[pipeline]
-name = "mix"
-[params]
-v = "a"
-[stages.s]
-matrix = { i = [1, 2, 3, 4, 5, 6] }
-run = "sleep 0.2; echo {{ params.v }} > {{ out.o }}"
-outputs = { o = "o.txt" }
-"#,
-    );
+    let p = Project::with_pipeline(include_str!("fixtures/integrity/concurrent_params.toml"));
     let a = p
         .cmd(&["run", "p.toml", "--progress", "plain", "--set", "v=a"])
         .stderr(Stdio::piped())
@@ -240,50 +185,6 @@ outputs = { o = "o.txt" }
     );
 }
 
-/// A tmpfs of `size` mounted at `at` for the test's lifetime (root only; `None` elsewhere).
-#[cfg(target_os = "linux")]
-struct Tmpfs(std::path::PathBuf);
-
-#[cfg(target_os = "linux")]
-impl Tmpfs {
-    fn mount(at: &std::path::Path, size: &str) -> Option<Tmpfs> {
-        fs::create_dir_all(at).unwrap();
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(at)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            assert!(
-                std::env::var_os("HEDDLE_REQUIRE_ROOT").is_none(),
-                "HEDDLE_REQUIRE_ROOT=1 but cannot mount a tmpfs at {}",
-                at.display()
-            );
-            eprintln!("SKIPPED: cannot mount a tmpfs (not root?)");
-            return None;
-        }
-        Some(Tmpfs(at.to_path_buf()))
-    }
-    fn resize(&self, size: &str) {
-        let s = std::process::Command::new("mount")
-            .args(["-o", &format!("remount,size={size}")])
-            .arg(&self.0)
-            .status()
-            .unwrap();
-        assert!(s.success());
-    }
-}
-
-#[cfg(target_os = "linux")]
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
-    }
-}
-
 /// `out/` on a full disk: the error says "No space left on device" and names the file being
 /// written, the run exits 2 (the environment's fault, not the stage's); the cache stays
 /// consistent and the next run, with space, completes.
@@ -291,18 +192,12 @@ impl Drop for Tmpfs {
 #[test]
 fn a_full_out_disk_says_so_and_the_next_run_completes() {
     let p = Project::new();
-    let Some(out) = Tmpfs::mount(&p.path("out"), "256k") else {
+    let Some(out) = Tmpfs::mount(&p.path("out"), "size=256k") else {
         return;
     };
     p.file(
         "p.toml",
-        r#"
-[pipeline]
-name = "full"
-[stages.big]
-run = "head -c 1000000 /dev/zero > {{ out.o }}"
-outputs = { o = "o.bin" }
-"#,
+        include_str!("fixtures/integrity/full_out_disk.toml"),
     );
     let r = p.run("p.toml", &[]).code(2);
     let rec = p.last_record();
@@ -326,12 +221,7 @@ outputs = { o = "o.bin" }
         fs::metadata(p.path("out/full/big/o.bin")).unwrap().len(),
         1_000_000
     );
-    let verify = p.heddle(&["cache", "verify"]).ok();
-    assert!(
-        verify.stdout.contains("cache is clean"),
-        "{}",
-        verify.stdout
-    );
+    p.assert_cache_clean();
 }
 
 /// The cache on a full disk (a stage fills it): the run fails with the stage's own reason, the
@@ -340,22 +230,12 @@ outputs = { o = "o.bin" }
 #[test]
 fn a_full_cache_disk_leaves_the_cache_consistent() {
     let p = Project::new();
-    let Some(cache) = Tmpfs::mount(&p.cache, "512k") else {
+    let Some(cache) = Tmpfs::mount(&p.cache, "size=512k") else {
         return;
     };
     p.file(
         "p.toml",
-        r#"
-[pipeline]
-name = "fullc"
-[stages.small]
-run = "echo ok > {{ out.o }}"
-outputs = { o = "o.txt" }
-[stages.big]
-inputs = { s = "small.o" }
-run = "head -c 2000000 /dev/zero > {{ out.o }}"
-outputs = { o = "o.bin" }
-"#,
+        include_str!("fixtures/integrity/full_cache_disk.toml"),
     );
     let r = p.run("p.toml", &["--keep-going"]).code(1);
     let rec = p.last_record();
@@ -380,12 +260,7 @@ outputs = { o = "o.bin" }
         fs::metadata(p.path("out/fullc/big/o.bin")).unwrap().len(),
         2_000_000
     );
-    let verify = p.heddle(&["cache", "verify"]).ok();
-    assert!(
-        verify.stdout.contains("cache is clean"),
-        "{}",
-        verify.stdout
-    );
+    p.assert_cache_clean();
 }
 
 /// A blob whose bytes rotted but kept its mtime: never fed to a stage, never the base of a
@@ -393,23 +268,7 @@ outputs = { o = "o.bin" }
 /// the next run recomputes it.
 #[test]
 fn a_rotted_blob_is_never_fed_and_the_next_run_recomputes_it() {
-    let p = Project::new();
-    p.file(
-        "p.toml",
-        r#"
-[pipeline]
-name = "rot"
-[params]
-n = 1
-[stages.a]
-run = "echo payload > {{ out.o }}"
-outputs = { o = "o.txt" }
-[stages.b]
-inputs = { x = "a.o" }
-run = "cat {{ in.x }} > {{ out.o }}; echo {{ params.n }} >> {{ out.o }}"
-outputs = { o = "o.txt" }
-"#,
-    );
+    let p = Project::with_pipeline(include_str!("fixtures/integrity/rotted_blob.toml"));
     p.run("p.toml", &[]).ok();
     // The blob of "payload\n", edited in place with its mtime put back.
     let blob = find_blob(&p.cache, b"payload\n");
@@ -436,12 +295,7 @@ outputs = { o = "o.txt" }
         r.stderr
     );
     assert_eq!(p.read("out/rot/b/o.txt"), "payload\n2\n");
-    let verify = p.heddle(&["cache", "verify"]).ok();
-    assert!(
-        verify.stdout.contains("cache is clean"),
-        "{}",
-        verify.stdout
-    );
+    p.assert_cache_clean();
 }
 
 /// Where the store keeps the blob of `content`.

@@ -8,26 +8,15 @@ mod servers;
 mod support;
 
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use servers::{boto, s3_env, start_moto, start_nginx, Server, BUCKET};
+use support::process::wait_for;
 use support::{instance, Project, Run};
 
 /// Two stages, a file and a folder output: enough to move blobs, a tree manifest and entries.
-const PIPELINE: &str = r#"
-[pipeline]
-name = "shared"
-
-[stages.make]
-run = "printf 'weights' > {{ out.w }} && mkdir -p {{ out.d }}/sub && printf one > {{ out.d }}/sub/a.txt"
-outputs = { w = "w.bin", d = "d" }
-
-[stages.use]
-inputs = { w = "make.w", d = "make.d" }
-run = "cat {{ in.w }} {{ in.d }}/sub/a.txt > {{ out.r }}"
-outputs = { r = "r.txt" }
-"#;
+const PIPELINE: &str = include_str!("fixtures/remote_cache/shared.toml");
 
 /// One engineer: a project with the pipeline and a cache dir of their own.
 fn engineer() -> Project {
@@ -36,13 +25,16 @@ fn engineer() -> Project {
     p
 }
 
-fn with_remote(p: &Project, remote: &Remote, args: &[&str]) -> Run {
+/// `heddle ARGS` in `p`, configured for `remote` through the environment.
+fn remote_cmd(p: &Project, remote: &Remote, args: &[&str]) -> Command {
     let mut c = p.cmd(args);
-    for (k, v) in &remote.env {
-        c.env(k, v);
-    }
-    c.env("HEDDLE_REMOTE_CACHE", &remote.url);
-    c.output().unwrap().into()
+    c.envs(remote.env.iter().map(|(k, v)| (k, v)))
+        .env("HEDDLE_REMOTE_CACHE", &remote.url);
+    c
+}
+
+fn with_remote(p: &Project, remote: &Remote, args: &[&str]) -> Run {
+    remote_cmd(p, remote, args).output().unwrap().into()
 }
 
 struct Remote {
@@ -171,20 +163,15 @@ fn a_server_killed_mid_run_costs_one_warning_and_the_run_completes() {
             ),
         ),
     );
-    let mut c = p.cmd(&["run", "--progress", "plain"]);
-    for (k, v) in &remote.env {
-        c.env(k, v);
-    }
-    c.env("HEDDLE_REMOTE_CACHE", &remote.url)
+    let child = remote_cmd(&p, &remote, &["run", "--progress", "plain"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = c.spawn().unwrap();
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let started = PathBuf::from(format!("{}.started", gate.display()));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !started.exists() {
-        assert!(Instant::now() < deadline, "the first stage never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for("the first stage to start", Duration::from_secs(60), || {
+        started.exists()
+    });
     remote.server.kill();
     std::fs::write(&gate, "").unwrap();
     let run: Run = child.wait_with_output().unwrap().into();

@@ -18,13 +18,9 @@ bin="${CARGO_TARGET_DIR:-$root/target}/release/heddle"
 venv="$root/target/remote-venv"
 
 work=$(mktemp -d "$root/target/remote-noop.XXXXXX")
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"$work/moto.log" 2>&1 &
-moto=$!
-trap 'kill $moto 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.2; done
-export AWS_ENDPOINT_URL="http://127.0.0.1:$port" AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench
-"$venv/bin/python" -c "import boto3; boto3.client('s3', endpoint_url='$AWS_ENDPOINT_URL').create_bucket(Bucket='bench')"
+# shellcheck source=benches/remote/moto.sh
+source benches/remote/moto.sh
+start_moto "$work"
 export HEDDLE_REMOTE_CACHE=s3://bench/noop
 
 proj="$work/p"

@@ -74,6 +74,23 @@ impl Fixture {
             .unwrap()
     }
 
+    /// A container that prints `started` and sleeps, run in a task; returns once it printed
+    /// (and so exists).
+    async fn start_sleeper(
+        &self,
+    ) -> tokio::task::JoinHandle<Result<ContainerOutcome, ContainerError>> {
+        let spec = self.spec("echo started; sleep 30");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let engine = self.engine.clone();
+        let run =
+            tokio::spawn(
+                async move { engine.run(&spec, Some(tx), CancellationToken::new()).await },
+            );
+        wait_for_line(&mut rx, "started").await;
+        assert_eq!(self.count().await, 1);
+        run
+    }
+
     fn stdout(&self) -> String {
         read(&self.dir.path().join("logs/stdout.log"))
     }
@@ -300,14 +317,7 @@ async fn dropping_the_run_future_still_removes_the_container() {
     let Some(f) = Fixture::new("dropped").await else {
         return;
     };
-    let spec = f.spec("echo started; sleep 30");
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let run = {
-        let engine = f.engine.clone();
-        tokio::spawn(async move { engine.run(&spec, Some(tx), CancellationToken::new()).await })
-    };
-    wait_for_line(&mut rx, "started").await;
-    assert_eq!(f.count().await, 1);
+    let run = f.start_sleeper().await;
     run.abort();
     assert!(run.await.unwrap_err().is_cancelled());
     // The guard's removal runs in the background; give it a bounded time.
@@ -404,14 +414,7 @@ async fn remove_labelled_cleans_up_a_running_container() {
     let Some(f) = Fixture::new("gc").await else {
         return;
     };
-    let spec = f.spec("echo started; sleep 30");
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let run = {
-        let engine = f.engine.clone();
-        tokio::spawn(async move { engine.run(&spec, Some(tx), CancellationToken::new()).await })
-    };
-    wait_for_line(&mut rx, "started").await;
-    assert_eq!(f.count().await, 1);
+    let run = f.start_sleeper().await;
     let removed = f
         .engine
         .remove_labelled(Some((TEST_LABEL, &f.label)))
@@ -462,9 +465,29 @@ async fn engine_negotiates_an_older_api() {
     let Some(f) = Fixture::new("version").await else {
         return;
     };
-    // bollard speaks a newer API than this engine; negotiation must have brought it down.
-    let version = f.engine.api_version();
-    assert!(version.starts_with("1."), "{version}");
+    // What the engine itself says it speaks at most, asked through the docker CLI.
+    let out = std::process::Command::new("docker")
+        .args(["version", "--format", "{{.Server.APIVersion}}"])
+        .output()
+        .expect("the docker CLI");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let server = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let parse = |v: &str| -> (usize, usize) {
+        let (major, minor) = v.split_once('.').unwrap_or_else(|| panic!("version {v}"));
+        (major.parse().unwrap(), minor.parse().unwrap())
+    };
+    // Negotiation picks the older of bollard's own version and the engine's.
+    let ours = bollard::API_DEFAULT_VERSION;
+    let want = parse(&server).min((ours.major_version, ours.minor_version));
+    assert_eq!(
+        parse(&f.engine.api_version()),
+        want,
+        "engine speaks {server}"
+    );
 }
 
 #[tokio::test]

@@ -122,23 +122,7 @@ async fn an_entry_naming_a_missing_blob_is_not_recorded() {
 async fn a_locally_corrupted_blob_is_not_uploaded() {
     let dir = tempfile::tempdir().unwrap();
     let remote = open(&fs_url(dir.path()), &HashMap::new(), short_timeouts());
-    let a = local();
-    let entry = make_action(&a, 8, 500_000);
-    let model = entry.outputs["model"].digest();
-    let blob = a.store.blob_path(&model);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&blob, std::fs::Permissions::from_mode(0o644)).unwrap();
-    }
-    std::fs::write(&blob, pseudo_random(1234, 500_000)).unwrap();
-    let err = heddle_remote::push_action(&*remote, &a.store, &entry)
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, RemoteError::LocalCorrupt { digest, .. } if digest == model),
-        "{err:?}"
-    );
+    let (entry, model) = case_locally_corrupted_blob(remote, 8, 500_000).await;
     assert!(!dir.path().join(format!("cas/{model}")).exists());
     assert!(!dir.path().join(format!("ac/{}.json", entry.key)).exists());
 }

@@ -38,23 +38,12 @@ async fn write_back_then_read_through_by_key() {
     assert_eq!(report.blobs_uploaded, 5);
 
     let b = local();
-    let (fetched, report) = remote
+    let fetched = remote
         .fetch_action(entry.key, &b.store)
         .await
         .unwrap()
         .expect("pushed");
-    assert_eq!(fetched, entry);
-    assert_eq!(report.blobs_fetched, 5);
-    assert_eq!(
-        b.store.lookup_action(&entry.key).unwrap(),
-        Some(entry.clone())
-    );
-    materialize_all(&a.store, &entry, &a.dir.path().join("out"));
-    materialize_all(&b.store, &entry, &b.dir.path().join("out"));
-    assert_eq!(
-        snapshot(&a.dir.path().join("out")),
-        snapshot(&b.dir.path().join("out"))
-    );
+    assert_fetched(&a, &b, &entry, fetched);
     // A second fetch finds every blob local.
     let c_entry = remote
         .fetch_action(entry.key, &b.store)

@@ -2,8 +2,6 @@
 
 mod common;
 
-use std::time::Instant;
-
 use common::*;
 use heddle_remote::{fetch_action, push_action, RemoteError, Timeouts};
 
@@ -57,23 +55,9 @@ async fn server_killed_gives_a_typed_error_without_hanging() {
     };
     let t = short_timeouts();
     let remote = s3_remote(&server, "k", t);
-    let a = local();
-    let entry = make_action(&a, 11, 100_000);
-    push_action(&*remote, &a.store, &entry).await.unwrap();
-    server.kill();
-    let b = local();
-    let started = Instant::now();
-    let err = fetch_action(&*remote, b.store.clone(), entry.key)
-        .await
-        .unwrap_err();
-    assert!(
-        started.elapsed() < hang_bound(t),
-        "took {:?}",
-        started.elapsed()
-    );
+    let (err, push) = case_server_gone(remote, t, 11, || server.kill()).await;
     assert!(err.is_unavailable(), "{err:?}");
-    assert!(b.store.lookup_action(&entry.key).unwrap().is_none());
-    let err = push_action(&*remote, &a.store, &entry).await.unwrap_err();
+    let err = push.unwrap_err();
     assert!(err.is_unavailable(), "{err:?}");
 }
 
@@ -87,20 +71,7 @@ async fn frozen_server_times_out() {
         retries: 3,
     };
     let remote = s3_remote(&server, "f", t);
-    let a = local();
-    let entry = make_action(&a, 12, 100_000);
-    push_action(&*remote, &a.store, &entry).await.unwrap();
-    server.stop();
-    let b = local();
-    let started = Instant::now();
-    let err = fetch_action(&*remote, b.store.clone(), entry.key)
-        .await
-        .unwrap_err();
-    assert!(
-        started.elapsed() < hang_bound(t),
-        "took {:?}",
-        started.elapsed()
-    );
+    let (err, _) = case_server_gone(remote, t, 12, || server.stop()).await;
     assert!(
         matches!(err, RemoteError::Timeout { .. }),
         "expected a timeout, got {err:?}"

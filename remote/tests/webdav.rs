@@ -3,10 +3,8 @@
 mod common;
 
 use std::collections::HashMap;
-use std::time::Instant;
 
 use common::*;
-use heddle_remote::{fetch_action, push_action};
 
 fn url(server: &Server, path: &str) -> String {
     format!("webdav+http://127.0.0.1:{}/{path}", server.port)
@@ -49,22 +47,8 @@ async fn server_killed_gives_a_typed_error_without_hanging() {
     };
     let t = short_timeouts();
     let remote = open(&url(&server, "k"), &HashMap::new(), t);
-    let a = local();
-    let entry = make_action(&a, 21, 100_000);
-    push_action(&*remote, &a.store, &entry).await.unwrap();
-    server.kill();
-    let b = local();
-    let started = Instant::now();
-    let err = fetch_action(&*remote, b.store.clone(), entry.key)
-        .await
-        .unwrap_err();
-    assert!(
-        started.elapsed() < hang_bound(t),
-        "took {:?}",
-        started.elapsed()
-    );
+    let (err, _) = case_server_gone(remote, t, 21, || server.kill()).await;
     assert!(err.is_unavailable(), "{err:?}");
-    assert!(b.store.lookup_action(&entry.key).unwrap().is_none());
 }
 
 /// The streamed PUT is aborted when the local blob no longer hashes to its name: nothing
@@ -73,22 +57,8 @@ async fn server_killed_gives_a_typed_error_without_hanging() {
 async fn a_locally_corrupted_blob_is_not_uploaded() {
     let Some(server) = start_nginx() else { return };
     let remote = open(&url(&server, "lc"), &HashMap::new(), short_timeouts());
-    let a = local();
     // Several MiB, so the PUT is under way when the mismatch is found at the end.
-    let entry = make_action(&a, 22, 5 * 1024 * 1024);
-    let model = entry.outputs["model"].digest();
-    let blob = a.store.blob_path(&model);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&blob, std::fs::Permissions::from_mode(0o644)).unwrap();
-    }
-    std::fs::write(&blob, pseudo_random(4321, 5 * 1024 * 1024)).unwrap();
-    let err = push_action(&*remote, &a.store, &entry).await.unwrap_err();
-    assert!(
-        matches!(err, heddle_remote::RemoteError::LocalCorrupt { digest, .. } if digest == model),
-        "{err:?}"
-    );
+    let (entry, model) = case_locally_corrupted_blob(remote, 22, 5 * 1024 * 1024).await;
     let dav = server.dir.path().join("dav/lc");
     assert!(!dav.join(format!("cas/{model}")).exists());
     assert!(!dav.join(format!("ac/{}.json", entry.key)).exists());

@@ -1,6 +1,6 @@
 //! Diagnostics exactly as a user reads them: a pipeline's text (and the definitions it uses)
 //! in, the rendered errors out, compared with the snapshots in `snapshots/`. The CLI prints
-//! these same texts; `tests/cli.rs` checks that it exits 2 with them.
+//! these same texts; `tests/cli/output.rs` checks that it exits 2 with them.
 //!
 //! Update a snapshot after an intended change with `INSTA_UPDATE=always cargo test -p
 //! heddle-runner --test diagnostics` and review the diff.

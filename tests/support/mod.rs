@@ -1,208 +1,25 @@
-//! A small fluent harness over a temp project and the real `heddle` binary.
-#![allow(dead_code)]
+//! The one harness every integration test in tests/ shares (each test file is its own binary and
+//! takes what it needs; the rest is dead code there):
+//! - [`project`]: a temp project with its own cache, driven through the real `heddle` binary;
+//! - [`records`]: questions asked of a run record (`heddle show last --json`);
+//! - [`process`]: waiting on processes and files, signals, whether a pid is alive;
+//! - [`docker`]: the guard that skips a test without an engine, or fails it under
+//!   `HEDDLE_REQUIRE_DOCKER=1`;
+//! - [`snapshot`]: user-facing text with its temp paths normalised, for exact-output tests;
+//! - [`require`]: skip a test without its tool, or fail it when the suite requires the tool;
+//! - [`tmpfs`]: a full or read-only disk (root only).
+#![allow(dead_code, unused_imports)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+pub mod docker;
+pub mod process;
+pub mod project;
+pub mod records;
+pub mod require;
+pub mod snapshot;
+#[cfg(target_os = "linux")]
+pub mod tmpfs;
 
-pub struct Project {
-    pub dir: tempfile::TempDir,
-    pub cache: PathBuf,
-}
-
-pub struct Run {
-    pub code: i32,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl Run {
-    pub fn ok(self) -> Run {
-        assert_eq!(
-            self.code, 0,
-            "expected success\nstdout:\n{}\nstderr:\n{}",
-            self.stdout, self.stderr
-        );
-        self
-    }
-    pub fn code(self, code: i32) -> Run {
-        assert_eq!(
-            self.code, code,
-            "expected exit {code}\nstdout:\n{}\nstderr:\n{}",
-            self.stdout, self.stderr
-        );
-        self
-    }
-    pub fn all(&self) -> String {
-        format!("{}{}", self.stdout, self.stderr)
-    }
-}
-
-impl From<Output> for Run {
-    fn from(o: Output) -> Run {
-        Run {
-            code: o.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-        }
-    }
-}
-
-pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_heddle")
-}
-
-impl Project {
-    pub fn new() -> Project {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join(".heddle")).unwrap();
-        let cache = dir.path().join("cache");
-        Project { dir, cache }
-    }
-
-    pub fn path(&self, rel: &str) -> PathBuf {
-        self.dir.path().join(rel)
-    }
-
-    pub fn root(&self) -> &Path {
-        self.dir.path()
-    }
-
-    pub fn file(&self, rel: &str, text: &str) -> &Project {
-        let p = self.path(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-        self
-    }
-
-    pub fn read(&self, rel: &str) -> String {
-        std::fs::read_to_string(self.path(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
-    }
-
-    pub fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(bin());
-        c.current_dir(self.root())
-            .env("HEDDLE_CACHE_DIR", &self.cache)
-            .args(args);
-        c
-    }
-
-    pub fn heddle(&self, args: &[&str]) -> Run {
-        self.cmd(args).output().unwrap().into()
-    }
-
-    /// `heddle run --progress plain` with extra args.
-    pub fn run(&self, pipeline: &str, extra: &[&str]) -> Run {
-        let mut args = vec!["run", pipeline, "--progress", "plain"];
-        args.extend_from_slice(extra);
-        self.heddle(&args)
-    }
-
-    /// Lines appended by stages to the side-effect log `ran.log`.
-    pub fn ran(&self) -> Vec<String> {
-        let p = self.path("ran.log");
-        let mut v: Vec<String> = std::fs::read_to_string(&p)
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect();
-        v.sort();
-        v
-    }
-
-    pub fn clear_ran(&self) {
-        let _ = std::fs::remove_file(self.path("ran.log"));
-    }
-
-    /// Shell snippet that appends the running instance's label to the side-effect log.
-    pub fn log(&self) -> String {
-        // Escaped quotes: the snippet goes inside a TOML basic string.
-        format!(
-            "echo \\\"$HEDDLE_INSTANCE\\\" >> '{}'",
-            self.path("ran.log").display()
-        )
-    }
-}
-
-/// The repository this test binary was built from.
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Copy a file or folder tree (skipping `__pycache__` and `.pyc`) from `from` to `to`.
-pub fn copy_tree(from: &Path, to: &Path) {
-    if from.is_dir() {
-        std::fs::create_dir_all(to).unwrap();
-        for e in std::fs::read_dir(from).unwrap() {
-            let e = e.unwrap();
-            let name = e.file_name();
-            let n = name.to_string_lossy();
-            if n == "__pycache__" || n.ends_with(".pyc") {
-                continue;
-            }
-            copy_tree(&e.path(), &to.join(&name));
-        }
-    } else {
-        if let Some(p) = to.parent() {
-            std::fs::create_dir_all(p).unwrap();
-        }
-        std::fs::copy(from, to).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
-    }
-}
-
-impl Project {
-    /// A temp project holding copies of these repository paths (e.g. `stages`, `pipelines/x.toml`),
-    /// so a test runs the real stage library without writing into the repository's out/.
-    pub fn from_repo(paths: &[&str]) -> Project {
-        let p = Project::new();
-        for rel in paths {
-            copy_tree(&repo_root().join(rel), &p.path(rel));
-        }
-        p
-    }
-
-    /// `heddle show last --json`, parsed.
-    pub fn last_record(&self) -> serde_json::Value {
-        let r = self.heddle(&["show", "last", "--json"]).ok();
-        serde_json::from_str(&r.stdout)
-            .unwrap_or_else(|e| panic!("show last --json: {e}\n{}", r.stdout))
-    }
-}
-
-/// A process is alive when /proc has it and it is not a zombie (this machine's PID 1 does not
-/// reap orphans, so a killed orphan lingers as a zombie).
-pub fn alive(pid: &str) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
-}
-
-/// The record of one instance (by label) in a run record (`heddle show last --json`).
-pub fn instance<'a>(record: &'a serde_json::Value, label: &str) -> &'a serde_json::Value {
-    record["instances"]
-        .as_array()
-        .and_then(|all| all.iter().find(|i| i[0] == label))
-        .map(|i| &i[1])
-        .unwrap_or_else(|| panic!("no instance {label} in the run record:\n{record:#}"))
-}
-
-/// `found`, or `None` after printing that `what` skipped because of `why`. When the environment
-/// sets `require_var` to `1` (tests/all.sh does after installing the tool), a skip is a failure
-/// instead, so a suite that should have run the check cannot pass without it.
-pub fn found_or_skip<T>(found: Option<T>, require_var: &str, what: &str, why: &str) -> Option<T> {
-    if found.is_some() {
-        return found;
-    }
-    if std::env::var(require_var).as_deref() == Ok("1") {
-        panic!("{what}: {require_var}=1 but {why}");
-    }
-    eprintln!(
-        "\n**************** SKIPPED {what}: {why}; set {require_var}=1 to make this a failure ****************\n"
-    );
-    None
-}
+pub use process::alive;
+pub use project::{bin, copy_tree, fill, repo_root, Project, Run};
+pub use records::instance;
+pub use require::found_or_skip;

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use heddle_cache::{ActionEntry, Digest, OutputEntry, Store};
 use heddle_remote::{
-    fetch_action, push_action, OpendalCache, RemoteBackend, RemoteError, RemoteUrl, S3Settings,
-    Timeouts,
+    fetch_action, push_action, FetchReport, OpendalCache, RemoteBackend, RemoteError, RemoteUrl,
+    S3Settings, Timeouts,
 };
 
 /// The workspace root, whether this file is compiled into heddle-remote's tests or (through
@@ -348,6 +348,33 @@ pub fn materialize_all(store: &Store, entry: &ActionEntry, dest: &Path) {
     }
 }
 
+/// What a fetch of the action `entry` (pushed from `a`, its 5 blobs) into the empty store `b`
+/// must leave: the same entry, recorded in `b`, every blob moved, outputs identical to `a`'s.
+pub fn assert_fetched(
+    a: &Local,
+    b: &Local,
+    entry: &ActionEntry,
+    (fetched, report): (ActionEntry, FetchReport),
+) {
+    assert_eq!(&fetched, entry);
+    assert_eq!(report.blobs_fetched, 5, "{report:?}");
+    assert_eq!(
+        b.store.lookup_action(&entry.key).unwrap(),
+        Some(entry.clone())
+    );
+    assert_same_outputs(a, b, entry);
+}
+
+/// `entry`'s outputs materialised from `a` and from `b` are the same files, modes and bytes.
+pub fn assert_same_outputs(a: &Local, b: &Local, entry: &ActionEntry) {
+    materialize_all(&a.store, entry, &a.dir.path().join("out"));
+    materialize_all(&b.store, entry, &b.dir.path().join("out"));
+    assert_eq!(
+        snapshot(&a.dir.path().join("out")),
+        snapshot(&b.dir.path().join("out"))
+    );
+}
+
 /// A listing of a file or tree: path, kind, mode bits that matter, and full contents.
 pub fn snapshot(root: &Path) -> Vec<(String, String, Vec<u8>)> {
     let mut out = Vec::new();
@@ -414,18 +441,7 @@ pub async fn case_round_trip(remote: Arc<dyn RemoteBackend>) {
         .await
         .unwrap()
         .expect("the remote has the entry");
-    assert_eq!(fetched, entry);
-    assert_eq!(report.blobs_fetched, 5);
-    assert_eq!(
-        b.store.lookup_action(&entry.key).unwrap(),
-        Some(entry.clone())
-    );
-    materialize_all(&a.store, &entry, &a.dir.path().join("out"));
-    materialize_all(&b.store, &entry, &b.dir.path().join("out"));
-    assert_eq!(
-        snapshot(&a.dir.path().join("out")),
-        snapshot(&b.dir.path().join("out"))
-    );
+    assert_fetched(&a, &b, &entry, (fetched, report));
     assert!(tmp_leftovers(&b.store).is_empty());
 
     let missing = Digest::of_bytes(b"never pushed");
@@ -497,12 +513,7 @@ pub async fn case_concurrent_writers(make_remote: impl Fn() -> Arc<dyn RemoteBac
         .unwrap()
         .unwrap();
     assert_eq!(fetched, ea);
-    materialize_all(&a.store, &ea, &a.dir.path().join("out"));
-    materialize_all(&c.store, &ea, &c.dir.path().join("out"));
-    assert_eq!(
-        snapshot(&a.dir.path().join("out")),
-        snapshot(&c.dir.path().join("out"))
-    );
+    assert_same_outputs(&a, &c, &ea);
 }
 
 /// Upper bound for "answered within the timeout": one call's whole retry budget (the first
@@ -510,4 +521,57 @@ pub async fn case_concurrent_writers(make_remote: impl Fn() -> Arc<dyn RemoteBac
 /// tells a bounded failure from a hang.
 pub fn hang_bound(t: Timeouts) -> Duration {
     t.request_budget() + Duration::from_secs(10)
+}
+
+/// An action pushed, then the server goes away (`break_server`: killed, frozen): a fetch into
+/// an empty store fails within [`hang_bound`] and records nothing. Returns the fetch's error
+/// and what a push after it gives.
+pub async fn case_server_gone(
+    remote: Arc<dyn RemoteBackend>,
+    timeouts: Timeouts,
+    seed: u64,
+    break_server: impl FnOnce(),
+) -> (RemoteError, Result<heddle_remote::PushReport, RemoteError>) {
+    let a = local();
+    let entry = make_action(&a, seed, 100_000);
+    push_action(&*remote, &a.store, &entry).await.unwrap();
+    break_server();
+    let b = local();
+    let started = Instant::now();
+    let err = fetch_action(&*remote, b.store.clone(), entry.key)
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < hang_bound(timeouts),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(b.store.lookup_action(&entry.key).unwrap().is_none());
+    (err, push_action(&*remote, &a.store, &entry).await)
+}
+
+/// The local blob of an action's model no longer hashes to its name: the push is refused with
+/// `LocalCorrupt` naming it. Returns the entry and the model's digest, so the caller can look
+/// for what must not be on the server.
+pub async fn case_locally_corrupted_blob(
+    remote: Arc<dyn RemoteBackend>,
+    seed: u64,
+    size: usize,
+) -> (ActionEntry, Digest) {
+    let a = local();
+    let entry = make_action(&a, seed, size);
+    let model = entry.outputs["model"].digest();
+    let blob = a.store.blob_path(&model);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&blob, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    std::fs::write(&blob, pseudo_random(seed + 1000, size)).unwrap();
+    let err = push_action(&*remote, &a.store, &entry).await.unwrap_err();
+    assert!(
+        matches!(err, RemoteError::LocalCorrupt { digest, .. } if digest == model),
+        "{err:?}"
+    );
+    (entry, model)
 }

@@ -1,0 +1,13 @@
+//! The real `heddle` binary against temp projects: caching and invalidation ([`caching`]),
+//! matrices and quoting ([`pipelines`]), failures, signals, crashes and concurrency
+//! ([`failures`]), what a run leaves to read ([`records`]), and the exact text of diagnostics,
+//! `heddle plan` and `heddle dag` ([`output`], snapshots in `tests/cli/snapshots/`).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod caching;
+mod failures;
+mod output;
+mod pipelines;
+mod records;

@@ -1,0 +1,88 @@
+//! Environment problems (an absent image, an unreachable engine, a socket the user may not open)
+//! stop a run before any stage starts, on one line, with exit 2.
+
+use crate::support::fill;
+use crate::support::Project;
+use crate::unprivileged::Unprivileged;
+use crate::{engine_or_skip, unique, BUSYBOX};
+
+/// A host stage that leaves a mark, then a container stage that cannot start.
+fn doomed(p: &Project, container_keys: &str) {
+    p.file(
+        "p.toml",
+        &fill(
+            include_str!("fixtures/doomed.toml"),
+            &[
+                ("MARK", &p.path("mark").display().to_string()),
+                ("CONTAINER_KEYS", container_keys),
+            ],
+        ),
+    );
+}
+
+#[test]
+fn a_missing_image_or_engine_stops_the_run_before_any_stage() {
+    let Some((_d, _gc)) =
+        engine_or_skip("a_missing_image_or_engine_stops_the_run_before_any_stage")
+    else {
+        return;
+    };
+    let p = Project::new();
+    let absent = format!("heddle-test/{}:v1", unique("absent"));
+    doomed(&p, &format!("image = \"{absent}\""));
+    let r = p.heddle(&["run", "p.toml"]).code(2);
+    assert_eq!(
+        r.stderr.trim().lines().count(),
+        1,
+        "one line:\n{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains(&absent), "{}", r.stderr);
+    assert!(r.stderr.contains("docker load"), "{}", r.stderr);
+    assert!(!p.path("mark").exists(), "a stage ran before the check");
+    // `plan` only reports: a pipeline for an image this machine lacks still validates.
+    let r = p.heddle(&["plan", "p.toml"]).ok();
+    assert!(
+        r.stdout.contains(&format!("image {absent} unavailable")),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("docker load"), "{}", r.stdout);
+    assert!(!p.path("mark").exists(), "plan ran a stage");
+
+    doomed(
+        &p,
+        &format!("image = \"{BUSYBOX}\"\ndocker_host = \"unix:///nonexistent.sock\""),
+    );
+    let r = p.run("p.toml", &[]).code(2);
+    assert_eq!(
+        r.stderr.trim().lines().count(),
+        1,
+        "one line:\n{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("/nonexistent.sock"), "{}", r.stderr);
+    assert!(!p.path("mark").exists(), "a stage ran before the check");
+    assert!(!p.path("out").exists());
+
+    // A socket the user may not open (checked when the test can drop to a user without the
+    // socket's group).
+    match Unprivileged::get() {
+        Some(u) if u.socket_mode & 0o006 == 0 => {
+            doomed(&p, &format!("image = \"{BUSYBOX}\""));
+            let r = u.heddle(&p, None, &["run", "p.toml"]).code(2);
+            assert_eq!(
+                r.stderr.trim().lines().count(),
+                1,
+                "one line:\n{}",
+                r.stderr
+            );
+            assert!(r.stderr.contains("permission denied"), "{}", r.stderr);
+            assert!(r.stderr.contains("docker group"), "{}", r.stderr);
+            assert!(!p.path("mark").exists(), "a stage ran before the check");
+        }
+        _ => eprintln!(
+            "(unreadable socket case not checked: needs root, setpriv and a private socket)"
+        ),
+    }
+}

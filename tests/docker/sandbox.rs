@@ -1,0 +1,223 @@
+//! What a container stage may touch: inputs are read-only, the network is off by default,
+//! outputs belong to the invoking user, symlink outputs reach no host file, devices and limits
+//! arrive, and an engine without a shared filesystem gets the same bytes through the archive API.
+
+use std::os::unix::fs::MetadataExt;
+
+use crate::support::fill;
+use crate::support::{instance, Project};
+use crate::unprivileged::{Unprivileged, UNPRIVILEGED};
+use crate::{busybox_project, engine_or_skip, BUSYBOX};
+
+#[test]
+fn an_input_cannot_be_modified_from_inside() {
+    let Some((_d, _gc)) = engine_or_skip("an_input_cannot_be_modified_from_inside") else {
+        return;
+    };
+    let p = busybox_project(include_str!("fixtures/read_only_inputs.toml"));
+    p.run("p.toml", &["--keep-going"]).code(1);
+    assert_eq!(
+        p.read("out/ro/probe/r.txt"),
+        "sh: refused\nrm: refused\nchmod: refused\ntouch: refused\n"
+    );
+    let rec = p.last_record();
+    let force = &instance(&rec, "force")["status"];
+    assert_eq!(force["status"], "failed", "{force}");
+    assert!(
+        force["stderr_tail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Read-only file system"),
+        "{force}"
+    );
+    assert_eq!(p.read("out/ro/up/t.txt"), "original\n");
+    p.assert_cache_clean();
+}
+
+#[test]
+fn network_none_has_only_loopback() {
+    let Some((_d, _gc)) = engine_or_skip("network_none_has_only_loopback") else {
+        return;
+    };
+    let p = busybox_project(include_str!("fixtures/network.toml"));
+    p.run("p.toml", &[]).ok();
+    assert_eq!(p.read("out/net/default/n.txt"), "lo\n");
+    let none = p.read("out/net/none/n.txt");
+    assert!(none.starts_with("lo\n"), "{none}");
+    assert!(none.ends_with("unreachable\n"), "{none}");
+    // The contrast that makes the check mean something: a bridged container has an interface.
+    assert_ne!(p.read("out/net/bridge/n.txt"), "lo\n");
+}
+
+/// Output files belong to whoever runs heddle. As root, the test runs heddle as an
+/// unprivileged uid (with the docker socket's group) so the check is not trivially true.
+#[test]
+fn outputs_belong_to_the_invoking_user() {
+    let Some((_d, _gc)) = engine_or_skip("outputs_belong_to_the_invoking_user") else {
+        return;
+    };
+    let p = busybox_project(include_str!("fixtures/ownership.toml"));
+    let (uid, gid, r) = match Unprivileged::get() {
+        Some(u) => {
+            let r = u.heddle(
+                &p,
+                Some(u.socket_group),
+                &["run", "p.toml", "--progress", "plain"],
+            );
+            (UNPRIVILEGED, UNPRIVILEGED, r)
+        }
+        None => {
+            let m = std::fs::metadata(p.root()).unwrap();
+            (m.uid(), m.gid(), p.run("p.toml", &[]))
+        }
+    };
+    r.ok();
+    assert_eq!(p.read("out/own/mine/uid.txt"), format!("{uid}\n"));
+    assert_eq!(p.read("out/own/mine/gid.txt"), format!("{gid}\n"));
+    for f in ["uid.txt", "gid.txt", "d", "d/f"] {
+        let m = std::fs::metadata(p.path(&format!("out/own/mine/{f}"))).unwrap();
+        assert_eq!((m.uid(), m.gid()), (uid, gid), "owner of {f}");
+    }
+    // A stage that sets `user` runs as that user (and can still write its outputs).
+    assert_eq!(p.read("out/own/theirs/uid.txt"), "1234\n");
+    assert_eq!(p.read("out/own/theirs/gid.txt"), "1234\n");
+}
+
+#[test]
+fn devices_gpus_none_and_shm_reach_the_container() {
+    let Some((_d, _gc)) = engine_or_skip("devices_gpus_none_and_shm_reach_the_container") else {
+        return;
+    };
+    let p = busybox_project(include_str!("fixtures/devices.toml"));
+    p.run("p.toml", &[]).ok();
+    assert_eq!(p.read("out/dev/dev/d.txt"), "char\nwritable\n65536\n");
+    let rec = p.last_record();
+    let executor = &instance(&rec, "dev")["key_parts"]["executor"];
+    assert_eq!(
+        executor["devices"][0], "/dev/null:/dev/hailo0",
+        "{executor}"
+    );
+    assert_eq!(instance(&rec, "bare")["status"]["status"], "ok");
+
+    // `gpus = "all"` becomes a DeviceRequest with the gpu capability: on a machine without
+    // the NVIDIA runtime the engine itself refuses it, and the status says why.
+    p.file(
+        "gpu.toml",
+        &format!(
+            "[pipeline]\nname = \"gpu\"\n[stages.g]\nimage = \"{BUSYBOX}\"\ngpus = \"all\"\nrun = [\"true\"]\n"
+        ),
+    );
+    let r = p.run("gpu.toml", &[]);
+    if r.code != 0 {
+        // The engine cannot give what the stage asks: the environment's fault, not the stage's.
+        assert_eq!(r.code, 2, "{}", r.all());
+        let rec = p.last_record();
+        let status = &instance(&rec, "g")["status"];
+        let error = status["error"].as_str().unwrap_or("");
+        assert!(error.contains("capabilities: [[gpu]]"), "{status}");
+    }
+}
+
+/// A container stage (network none) whose output is a symlink to a host folder: the link
+/// target means the host's folder once heddle reads the sandbox, so it must not be followed.
+#[test]
+fn a_container_symlink_output_reaches_no_host_file() {
+    let Some((_d, _gc)) = engine_or_skip("a_container_symlink_output_reaches_no_host_file") else {
+        return;
+    };
+    let p = Project::new();
+    let secret_dir = p.path("host-private");
+    std::fs::create_dir_all(&secret_dir).unwrap();
+    std::fs::write(secret_dir.join("key"), "private").unwrap();
+    p.file(
+        "p.toml",
+        &fill(
+            include_str!("fixtures/container_symlinks.toml"),
+            &[
+                ("BUSYBOX", BUSYBOX),
+                ("DIR", &secret_dir.display().to_string()),
+            ],
+        ),
+    );
+    p.run("p.toml", &["--keep-going"]).code(1);
+    let rec = p.last_record();
+    for label in ["file", "folder", "inside"] {
+        let s = &instance(&rec, label)["status"];
+        assert_eq!(s["error_class"], "UnsafeOutput", "{label}: {s}");
+    }
+    assert!(!p.path("out/clink/folder/d").exists());
+    assert!(!p.path("out/clink/file/o.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(secret_dir.join("key")).unwrap(),
+        "private"
+    );
+    p.assert_cache_clean();
+}
+
+/// The local engine exposed on 127.0.0.1 over TCP (a byte proxy to its unix socket), as a
+/// remote engine would be: heddle cannot bind-mount there, so the sandbox goes through the
+/// archive API. Returns the `tcp://` address; the proxy lives as long as the test process.
+fn engine_over_tcp() -> String {
+    use std::os::unix::net::UnixStream;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for tcp in listener.incoming().flatten() {
+            let Ok(unix) = UnixStream::connect("/var/run/docker.sock") else {
+                continue;
+            };
+            let (mut t2, mut u2) = (tcp.try_clone().unwrap(), unix.try_clone().unwrap());
+            let (mut t1, mut u1) = (tcp, unix);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut t1, &mut u1);
+                let _ = u1.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut u2, &mut t2);
+                let _ = t2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    format!("tcp://{addr}")
+}
+
+/// A container stage on an engine without a shared filesystem: inputs go in and outputs come
+/// back through the archive API, the container has no bind mount, and the outputs are byte for
+/// byte those of the bind-mount run.
+#[test]
+fn archive_transfer_runs_without_bind_mounts_and_matches_bind() {
+    let Some((_d, _gc)) =
+        engine_or_skip("archive_transfer_runs_without_bind_mounts_and_matches_bind")
+    else {
+        return;
+    };
+    let tcp = engine_over_tcp();
+    let pipeline = |transfer: &str, host: &str| {
+        fill(
+            include_str!("fixtures/transfer.toml"),
+            &[("BUSYBOX", BUSYBOX), ("HOST", host), ("TRANSFER", transfer)],
+        )
+    };
+    let p = Project::new();
+    p.file("p.toml", &pipeline("bind", "unix:///var/run/docker.sock"));
+    p.run("p.toml", &[]).ok();
+    let bind_copy = std::fs::read(p.path("out/xfer/use/copy.bin")).unwrap();
+    assert_ne!(p.read("out/xfer/use/mounts.txt").trim(), "0");
+
+    p.file("p.toml", &pipeline("archive", &tcp));
+    p.run("p.toml", &["--force", "use"]).ok();
+    assert_eq!(
+        p.read("out/xfer/use/mounts.txt").trim(),
+        "0",
+        "no bind mount"
+    );
+    assert_eq!(
+        std::fs::read(p.path("out/xfer/use/copy.bin")).unwrap(),
+        bind_copy
+    );
+    assert_eq!(p.read("out/xfer/use/dir/g"), "hi\n");
+    // `auto` picks the archive for a tcp:// engine.
+    p.file("p.toml", &pipeline("auto", &tcp));
+    p.run("p.toml", &["--force", "use"]).ok();
+    assert_eq!(p.read("out/xfer/use/mounts.txt").trim(), "0");
+}

@@ -1,0 +1,112 @@
+//! Processes the tests start or look for: whether a pid lives, signals, and waiting (bounded)
+//! for a condition, a pid file or an exit. Limits here only keep a regression from hanging the
+//! suite; no test asserts how fast something happened through them.
+
+use std::path::Path;
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
+
+/// A process is alive when /proc has it and it is not a zombie (this machine's PID 1 does not
+/// reap orphans, so a killed orphan lingers as a zombie).
+pub fn alive(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+/// kill(2) with `sig` to `pid`.
+pub fn signal(pid: u32, sig: i32) {
+    extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    // SAFETY: kill(2) has no memory effects; a stale pid only makes it fail.
+    unsafe {
+        kill(pid as i32, sig);
+    }
+}
+
+pub const SIGHUP: i32 = 1;
+pub const SIGINT: i32 = 2;
+pub const SIGKILL: i32 = 9;
+pub const SIGTERM: i32 = 15;
+
+/// Poll `done` every 20 ms until it holds; fails naming `what` after `limit`.
+pub fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !done() {
+        assert!(t.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The trimmed, non-empty text of `pidfile` once a stage wrote it; fails if `child` (the heddle
+/// running that stage) ends first, or after 20 s.
+pub fn wait_for_pid(pidfile: &Path, child: &mut Child) -> String {
+    let mut pid = String::new();
+    wait_for(
+        &format!("a pid in {}", pidfile.display()),
+        Duration::from_secs(20),
+        || {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "heddle ended ({status}) before {} was written",
+                    pidfile.display()
+                );
+            }
+            pid = std::fs::read_to_string(pidfile)
+                .unwrap_or_default()
+                .trim()
+                .to_string();
+            !pid.is_empty()
+        },
+    );
+    pid
+}
+
+/// Wait for `child` to end, failing (and killing it) if it takes longer than `limit`: the
+/// property is "ends at all", the limit only keeps a regression from hanging the suite.
+pub fn wait_ended(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
+    let t = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: heddle still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Fails if `pid` is still alive a few seconds from now (and kills it, so nothing is left
+/// behind for the next test).
+pub fn assert_gone(pid: &str, what: &str) {
+    let t = Instant::now();
+    while alive(pid) {
+        if t.elapsed() > Duration::from_secs(10) {
+            signal(pid.parse().unwrap(), SIGKILL);
+            panic!("{what}: process {pid} outlived its stage");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A running heddle stopped with SIGTERM when dropped, so a failing test leaves none behind.
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            signal(self.0.id(), SIGTERM);
+            let _ = self.0.wait();
+        }
+    }
+}
