@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use heddle_cache::{ActionEntry, Digest, OutputEntry, Store};
 use heddle_remote::{
-    fetch_action, push_action, OpendalCache, RemoteBackend, RemoteError, RemoteUrl, S3Settings,
-    Timeouts,
+    fetch_action, push_action, OpendalCache, ReapiCache, RemoteBackend, RemoteError, RemoteUrl,
+    S3Settings, Timeouts,
 };
 
 /// The workspace root, whether this file is compiled into heddle-remote's tests or (through
@@ -268,6 +268,119 @@ fn unsafe_is_root() -> bool {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
         .unwrap_or(false)
+}
+
+// ------------------------------------------------------------------ BuildGrid (REAPI)
+
+/// The venv remote/tests/servers.sh installs BuildGrid 0.4.4 into.
+pub fn reapi_venv() -> PathBuf {
+    repo_root().join("target/reapi-venv")
+}
+
+pub fn bgd_path() -> Option<PathBuf> {
+    let p = reapi_venv().join("bin/bgd");
+    p.exists().then_some(p)
+}
+
+/// Where a test BuildGrid keeps its blobs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum BlobStorage {
+    /// In memory (an LRU of 1 GB): the plain server.
+    Memory,
+    /// Files under `<dir>/store/cas/objects/`, so a test can reach a blob behind the
+    /// server's back ([`buildgrid_blob_path`]).
+    Disk,
+}
+
+/// Instance names the test server serves: the default one and a named one.
+pub const REAPI_INSTANCE: &str = "team";
+
+/// A BuildGrid server (CAS, ByteStream and ActionCache, on instances "" and [`REAPI_INSTANCE`])
+/// on 127.0.0.1, or `None` when skipped.
+pub fn start_buildgrid(storage: BlobStorage) -> Option<Server> {
+    let bgd = require("BuildGrid 0.4.4 (REAPI test server)", bgd_path())?;
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let store = match storage {
+        BlobStorage::Memory => "!lru-storage &cas\n    size: 1GB".to_string(),
+        BlobStorage::Disk => format!("!disk-storage &cas\n    path: {}/store", d.display()),
+    };
+    let conf = format!(
+        r#"server:
+  - !channel
+    address: "127.0.0.1:{port}"
+    insecure-mode: true
+authorization:
+  method: none
+monitoring:
+  enabled: false
+storages:
+  - {store}
+caches:
+  - !lru-action-cache &ac
+    storage: *cas
+    max-cached-refs: 100000
+    allow-updates: true
+    cache-failed-actions: true
+instances:
+{default}{named}"#,
+        default = buildgrid_instance(""),
+        named = buildgrid_instance(REAPI_INSTANCE),
+    );
+    std::fs::write(d.join("buildgrid.yml"), conf).unwrap();
+    let mut child = Command::new(bgd)
+        .args(["server", "start", &d.join("buildgrid.yml").display().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(
+            std::fs::File::create(d.join("buildgrid.log")).unwrap(),
+        ))
+        .spawn()
+        .unwrap();
+    wait_listening(port, &mut child, "bgd server");
+    Some(Server { child, port, dir })
+}
+
+fn buildgrid_instance(name: &str) -> String {
+    format!(
+        r#"  - name: '{name}'
+    services:
+      - !cas
+        storage: *cas
+      - !bytestream
+        storage: *cas
+      - !action-cache
+        cache: *ac
+"#
+    )
+}
+
+/// Where a [`BlobStorage::Disk`] BuildGrid keeps blob `digest`.
+pub fn buildgrid_blob_path(server: &Server, digest: Digest) -> PathBuf {
+    let hex = digest.to_hex();
+    server
+        .dir
+        .path()
+        .join("store/cas/objects")
+        .join(&hex[..2])
+        .join(&hex[2..])
+}
+
+/// The REAPI backend for `server`'s instance `instance` ("" for the default one).
+pub fn reapi_remote(server: &Server, instance: &str, timeouts: Timeouts) -> Arc<dyn RemoteBackend> {
+    let url = if instance.is_empty() {
+        format!("grpc://127.0.0.1:{}", server.port)
+    } else {
+        format!("grpc://127.0.0.1:{}/{instance}", server.port)
+    };
+    let RemoteUrl::Grpc {
+        authority,
+        instance,
+    } = RemoteUrl::parse(&url).unwrap()
+    else {
+        panic!("{url} is a grpc URL")
+    };
+    Arc::new(ReapiCache::open(&authority, &instance, url, timeouts).unwrap())
 }
 
 // ------------------------------------------------------------------ stores and actions
