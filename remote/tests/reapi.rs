@@ -19,7 +19,7 @@ async fn round_trip_into_an_empty_store() {
     // The model output (3 MiB) is over the batch limit: it takes the ByteStream path, the
     // tree's files and the manifest the batch path.
     assert!(REAPI_BATCH_MAX < 3 * 1024 * 1024);
-    case_round_trip(reapi_remote(&server, REAPI_INSTANCE, short_timeouts())).await;
+    case_round_trip(reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -27,8 +27,8 @@ async fn instances_are_separate_caches() {
     let Some(server) = start_buildgrid(BlobStorage::Memory) else {
         return;
     };
-    let team = reapi_remote(&server, REAPI_INSTANCE, short_timeouts());
-    let default = reapi_remote(&server, "", short_timeouts());
+    let team = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
+    let default = reapi_remote(&server, "", reapi_timeouts());
     let a = local();
     let entry = make_action(&a, 5, 1000);
     push_action(&*team, &a.store, &entry).await.unwrap();
@@ -50,7 +50,7 @@ async fn blobs_round_trip_on_both_paths_and_a_wrong_upload_is_never_committed() 
     let Some(server) = start_buildgrid(BlobStorage::Memory) else {
         return;
     };
-    let remote = reapi_remote(&server, REAPI_INSTANCE, short_timeouts());
+    let remote = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
     let dir = tempfile::tempdir().unwrap();
     for (seed, len) in [(1, 0usize), (2, 1000), (3, 20 * 1024 * 1024 + 5)] {
         let bytes = pseudo_random(seed, len);
@@ -97,7 +97,7 @@ async fn corrupt_blob_is_never_served() {
     let Some(server) = start_buildgrid(BlobStorage::Disk) else {
         return;
     };
-    let remote = reapi_remote(&server, REAPI_INSTANCE, short_timeouts());
+    let remote = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
     let path = |d| buildgrid_blob_path(&server, d);
     case_corrupt_blob(remote, |digest, bytes| {
         let p = path(digest);
@@ -114,7 +114,7 @@ async fn a_missing_blob_is_a_miss_not_a_result() {
     let Some(server) = start_buildgrid(BlobStorage::Disk) else {
         return;
     };
-    let remote = reapi_remote(&server, REAPI_INSTANCE, short_timeouts());
+    let remote = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
     let a = local();
     let entry = make_action(&a, 6, 200_000);
     push_action(&*remote, &a.store, &entry).await.unwrap();
@@ -137,7 +137,7 @@ async fn a_corrupt_entry_is_refused() {
     let Some(server) = start_buildgrid(BlobStorage::Disk) else {
         return;
     };
-    let remote = reapi_remote(&server, REAPI_INSTANCE, short_timeouts());
+    let remote = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
     let a = local();
     let entry = make_action(&a, 7, 1000);
     push_action(&*remote, &a.store, &entry).await.unwrap();
@@ -166,7 +166,7 @@ async fn concurrent_writers_of_one_key() {
     let Some(server) = start_buildgrid(BlobStorage::Memory) else {
         return;
     };
-    case_concurrent_writers(|| reapi_remote(&server, REAPI_INSTANCE, short_timeouts())).await;
+    case_concurrent_writers(|| reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts())).await;
 }
 
 /// The server dies between the push and the fetch: the fetch fails with an error that says
@@ -180,7 +180,8 @@ async fn server_killed_gives_a_typed_error_without_hanging() {
     let remote = reapi_remote(&server, REAPI_INSTANCE, t);
     let a = local();
     let entry = make_action(&a, 11, 100_000);
-    push_action(&*remote, &a.store, &entry).await.unwrap();
+    let patient = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
+    push_action(&*patient, &a.store, &entry).await.unwrap();
     server.kill();
     let b = local();
     let started = Instant::now();
@@ -218,7 +219,9 @@ async fn frozen_server_is_unavailable_within_the_timeout() {
     let remote = reapi_remote(&server, REAPI_INSTANCE, t);
     let a = local();
     let entry = make_action(&a, 12, 100_000);
-    push_action(&*remote, &a.store, &entry).await.unwrap();
+    // Pushed with patient timeouts (a loaded machine), fetched with the short ones.
+    let patient = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
+    push_action(&*patient, &a.store, &entry).await.unwrap();
     server.stop();
     let b = local();
     let started = Instant::now();
