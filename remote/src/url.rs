@@ -33,9 +33,9 @@ impl RemoteUrl {
             url: redact(url),
             reason: reason.to_string(),
         };
-        let (scheme, rest) = url
-            .split_once("://")
-            .ok_or_else(|| bad("expected s3://, webdav+http(s)://, http(s)://, file:// or grpc://"))?;
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| {
+            bad("expected s3://, webdav+http(s)://, http(s)://, file:// or grpc://")
+        })?;
         match scheme {
             "s3" => {
                 let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));

@@ -64,7 +64,10 @@ async fn blobs_round_trip_on_both_paths_and_a_wrong_upload_is_never_committed() 
             .await
             .unwrap();
         assert_eq!(got, Some(len as u64));
-        assert!(std::fs::read(&dest).unwrap() == bytes, "blob of {len} bytes");
+        assert!(
+            std::fs::read(&dest).unwrap() == bytes,
+            "blob of {len} bytes"
+        );
 
         // The same file claimed under another digest: the upload is aborted.
         let claimed = Digest::of_bytes(format!("not {seed}").as_bytes());
@@ -101,7 +104,11 @@ async fn corrupt_blob_is_never_served() {
     let path = |d| buildgrid_blob_path(&server, d);
     case_corrupt_blob(remote, |digest, bytes| {
         let p = path(digest);
-        assert!(p.exists(), "BuildGrid keeps blob {digest} at {}", p.display());
+        assert!(
+            p.exists(),
+            "BuildGrid keeps blob {digest} at {}",
+            p.display()
+        );
         std::fs::write(p, bytes).unwrap();
     })
     .await;

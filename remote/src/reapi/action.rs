@@ -118,9 +118,8 @@ pub(super) fn stored_entry(result: re::ActionResult) -> Result<StoredEntry, Stri
             blobs.push((hash, size));
         }
     }
-    let (entry, inline) = entry.ok_or_else(|| {
-        format!("it has no {ENTRY_PATH}: not an action entry heddle wrote")
-    })?;
+    let (entry, inline) =
+        entry.ok_or_else(|| format!("it has no {ENTRY_PATH}: not an action entry heddle wrote"))?;
     Ok(StoredEntry {
         entry,
         inline,
@@ -146,7 +145,11 @@ mod tests {
         let command = re::Command::decode(command.clone()).unwrap();
         assert_eq!(
             command.arguments,
-            ["heddle-action-entry", "v1", &Digest::of_bytes(b"a").to_hex()]
+            [
+                "heddle-action-entry",
+                "v1",
+                &Digest::of_bytes(b"a").to_hex()
+            ]
         );
         // Stable across runs and machines: the same key, the same AC key.
         assert_eq!(action_key(Digest::of_bytes(b"a")).digest, a.digest);
@@ -174,6 +177,8 @@ mod tests {
 
         let mut lying = result;
         lying.output_files[1].digest = Some(reapi_digest(Digest::of_bytes(b"z"), 1));
-        assert!(stored_entry(lying).unwrap_err().starts_with("output heddle/blobs/"));
+        assert!(stored_entry(lying)
+            .unwrap_err()
+            .starts_with("output heddle/blobs/"));
     }
 }

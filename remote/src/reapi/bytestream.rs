@@ -186,7 +186,10 @@ fn finish(
     answer: Result<tonic::Response<WriteResponse>, Status>,
     size: u64,
 ) -> Result<(), RemoteError> {
-    let committed = answer.map_err(|s| site.error(s))?.into_inner().committed_size;
+    let committed = answer
+        .map_err(|s| site.error(s))?
+        .into_inner()
+        .committed_size;
     if committed != size as i64 {
         return Err(site.error(Status::data_loss(format!(
             "the server committed {committed} of {size} bytes"

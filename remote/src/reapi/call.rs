@@ -50,9 +50,7 @@ impl CallSite<'_> {
         loop {
             let failure = match tokio::time::timeout(limit, attempt()).await {
                 Ok(Ok(value)) => return Ok(value),
-                Ok(Err(status)) if !is_transient(status.code()) => {
-                    return Err(self.error(status))
-                }
+                Ok(Err(status)) if !is_transient(status.code()) => return Err(self.error(status)),
                 Ok(Err(status)) => self.error(status),
                 Err(_) => self.timeout(limit),
             };

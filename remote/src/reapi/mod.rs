@@ -280,8 +280,11 @@ impl RemoteBackend for ReapiCache {
                 all.extend_from_slice(&chunk?);
             }
             let object = format!("blob {digest}");
-            self.batch_update(&object, vec![(reapi_digest(digest, size), Bytes::from(all))])
-                .await
+            self.batch_update(
+                &object,
+                vec![(reapi_digest(digest, size), Bytes::from(all))],
+            )
+            .await
         }
         .boxed()
     }
@@ -320,7 +323,9 @@ impl RemoteBackend for ReapiCache {
             let stored = stored_entry(result).map_err(bad)?;
             let (digest, size) = stored.entry;
             if size > MAX_ENTRY_BYTES {
-                return Err(bad(format!("{size} bytes is too large for an action entry")));
+                return Err(bad(format!(
+                    "{size} bytes is too large for an action entry"
+                )));
             }
             self.remember_sizes(&stored.blobs);
             let bytes = if stored.inline.len() as u64 == size {

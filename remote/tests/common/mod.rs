@@ -329,7 +329,11 @@ caches:
     );
     std::fs::write(d.join("buildgrid.yml"), conf).unwrap();
     let mut child = Command::new(bgd)
-        .args(["server", "start", &d.join("buildgrid.yml").display().to_string()])
+        .args([
+            "server",
+            "start",
+            &d.join("buildgrid.yml").display().to_string(),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::from(
             std::fs::File::create(d.join("buildgrid.log")).unwrap(),
