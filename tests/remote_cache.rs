@@ -1,5 +1,6 @@
 //! The shared cache through the binary: two cache dirs (two engineers) sharing one bucket on a
-//! real S3 server (moto) or WebDAV server (nginx), started by the test on 127.0.0.1. What the
+//! real S3 server (moto), WebDAV server (nginx) or REAPI server (BuildGrid), started by the test
+//! on 127.0.0.1. What the
 //! remote serves is verified; a remote that breaks costs one warning and local work, never a
 //! wrong result or a failed run.
 
@@ -11,7 +12,9 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use servers::{boto, s3_env, start_moto, start_nginx, Server, BUCKET};
+use servers::{
+    boto, s3_env, start_buildgrid, start_moto, start_nginx, BlobStorage, Server, BUCKET,
+};
 use support::process::wait_for;
 use support::{instance, Project, Run};
 
@@ -57,6 +60,15 @@ fn webdav() -> Option<Remote> {
     let server = start_nginx()?;
     Some(Remote {
         url: format!("webdav+http://127.0.0.1:{}/heddle", server.port),
+        env: Vec::new(),
+        server,
+    })
+}
+
+fn reapi() -> Option<Remote> {
+    let server = start_buildgrid(BlobStorage::Memory)?;
+    Some(Remote {
+        url: format!("grpc://127.0.0.1:{}", server.port),
         env: Vec::new(),
         server,
     })
@@ -113,6 +125,12 @@ fn s3_second_cache_dir_executes_nothing_and_gets_identical_outputs() {
 #[test]
 fn webdav_second_cache_dir_executes_nothing_and_gets_identical_outputs() {
     let Some(remote) = webdav() else { return };
+    second_engineer_executes_nothing(remote);
+}
+
+#[test]
+fn reapi_second_cache_dir_executes_nothing_and_gets_identical_outputs() {
+    let Some(remote) = reapi() else { return };
     second_engineer_executes_nothing(remote);
 }
 
@@ -220,6 +238,23 @@ fn read_mode_never_uploads() {
     let b = engineer();
     with_remote(&b, &remote, &["run", "--progress", "plain"]).ok();
     assert_eq!(cached_flags(&b.last_record(), "make"), (false, false));
+}
+
+#[test]
+fn grpcs_is_refused_with_a_reason() {
+    let p = engineer();
+    let r: Run = p
+        .cmd(&["run", "--remote-cache", "grpcs://cache.lan:443/main"])
+        .output()
+        .unwrap()
+        .into();
+    let r = r.code(2);
+    assert!(
+        r.stderr
+            .contains("grpcs:// (TLS) is not supported yet; use grpc:// (plain HTTP/2)"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]

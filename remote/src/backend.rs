@@ -68,10 +68,18 @@ pub trait RemoteBackend: Send + Sync {
 
     fn timeouts(&self) -> Timeouts;
 
-    fn has_blob(&self, digest: Digest) -> BoxFuture<'_, Result<bool, RemoteError>>;
+    /// Whether the remote has blob `digest` of `size` bytes. The size is part of a blob's
+    /// name on REAPI; the other backends ignore it.
+    fn has_blob(&self, digest: Digest, size: u64) -> BoxFuture<'_, Result<bool, RemoteError>>;
 
-    /// The blob's bytes, unverified, or `None` when the remote does not have it.
-    fn read_blob(&self, digest: Digest) -> BoxFuture<'_, Result<Option<BlobStream>, RemoteError>>;
+    /// The blob's bytes, unverified, or `None` when the remote does not have it. `size` is
+    /// `None` for a tree manifest, whose size an entry does not record: a REAPI backend takes it
+    /// from the ActionResult it read the entry from.
+    fn read_blob(
+        &self,
+        digest: Digest,
+        size: Option<u64>,
+    ) -> BoxFuture<'_, Result<Option<BlobStream>, RemoteError>>;
 
     /// Store `data` as blob `digest`. When `data` yields an error the backend must abort the
     /// write, so a half or unverified blob never becomes visible under the digest. Writing a
@@ -87,8 +95,14 @@ pub trait RemoteBackend: Send + Sync {
     fn get_action(&self, key: Digest) -> BoxFuture<'_, Result<Option<Vec<u8>>, RemoteError>>;
 
     /// Store an action entry; the last writer wins (concurrent writers of one key wrote the
-    /// same action's outputs, which are content-addressed).
-    fn put_action(&self, key: Digest, bytes: Vec<u8>) -> BoxFuture<'_, Result<(), RemoteError>>;
+    /// same action's outputs, which are content-addressed). `blobs` is every blob the entry
+    /// needs, with its size, all already on the remote: a REAPI ActionResult lists them.
+    fn put_action(
+        &self,
+        key: Digest,
+        bytes: Vec<u8>,
+        blobs: Vec<(Digest, u64)>,
+    ) -> BoxFuture<'_, Result<(), RemoteError>>;
 }
 
 /// Bound a request-sized call by the remote's request budget (all its retries included),

@@ -7,7 +7,8 @@
 //!
 //! ```toml
 //! [cache]
-//! remote = "s3://team-bucket/heddle"     # or webdav+http://host:port/path, file:///mnt/nfs/heddle
+//! remote = "s3://team-bucket/heddle"     # or webdav+http://host:port/path, file:///mnt/nfs/heddle,
+//!                                        # grpc://host:port/instance (a REAPI server)
 //! remote_mode = "readwrite"              # or "read": never upload
 //! s3_endpoint = "http://minio.lan:9000"  # optional; else AWS_ENDPOINT_URL, else AWS itself
 //! s3_region = "eu-west-1"                # optional; else AWS_REGION / AWS_DEFAULT_REGION

@@ -27,12 +27,14 @@ const MAX_MANIFEST_BYTES: u64 = 256 * 1024 * 1024;
 /// `Ok(Some(size))` only when the bytes hash to `digest`; on a mismatch `dest` is removed and
 /// [`RemoteError::CorruptBlob`] returned. `Ok(None)`: the remote does not have it. Memory use
 /// is a few chunks, whatever the blob's size.
+/// `size` is the blob's, when known (a REAPI remote needs it).
 pub async fn fetch_blob(
     remote: &dyn RemoteBackend,
     digest: Digest,
+    size: Option<u64>,
     dest: &Path,
 ) -> Result<Option<u64>, RemoteError> {
-    let Some(mut body) = open_blob(remote, digest).await? else {
+    let Some(mut body) = open_blob(remote, digest, size).await? else {
         return Ok(None);
     };
     let result = async {
@@ -67,12 +69,13 @@ pub async fn fetch_blob(
 async fn open_blob(
     remote: &dyn RemoteBackend,
     digest: Digest,
+    size: Option<u64>,
 ) -> Result<Option<BlobStream>, RemoteError> {
     bounded(
         remote,
         "open",
         || format!("blob {digest}"),
-        remote.read_blob(digest),
+        remote.read_blob(digest, size),
     )
     .await
 }
@@ -176,7 +179,7 @@ impl Fetch<'_> {
             self.report.blobs_present += 1;
             return Ok(());
         }
-        let Some(body) = open_blob(self.remote, digest).await? else {
+        let Some(body) = open_blob(self.remote, digest, Some(size)).await? else {
             return Err(self.missing(digest));
         };
         let got = import_stream(self.remote, self.local, digest, body).await?;
@@ -221,7 +224,7 @@ impl Fetch<'_> {
 
     /// A manifest's bytes, in memory (bounded), verified by hash.
     async fn manifest_bytes(&self, digest: Digest) -> Result<Vec<u8>, RemoteError> {
-        let Some(mut body) = open_blob(self.remote, digest).await? else {
+        let Some(mut body) = open_blob(self.remote, digest, None).await? else {
             return Err(self.missing(digest));
         };
         let mut bytes = Vec::new();

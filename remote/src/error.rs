@@ -24,6 +24,15 @@ pub enum RemoteError {
         #[source]
         source: opendal::Error,
     },
+    /// A REAPI server refused, was unreachable, or broke off a call.
+    #[error("failed to {op} {object} on remote cache {remote}")]
+    Grpc {
+        op: &'static str,
+        object: String,
+        remote: String,
+        #[source]
+        source: Box<tonic::Status>,
+    },
     /// The connection broke or stalled in the middle of a blob.
     #[error("failed to {op} {object} on remote cache {remote}: transfer interrupted")]
     Transfer {
@@ -110,6 +119,6 @@ impl RemoteError {
                 | RemoteError::Transfer { .. }
                 | RemoteError::Timeout { .. }
                 | RemoteError::Setup { .. }
-        )
+        ) || matches!(self, RemoteError::Grpc { source, .. } if crate::reapi::is_unavailable_code(source.code()))
     }
 }

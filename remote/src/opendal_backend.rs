@@ -105,6 +105,12 @@ impl OpendalCache {
                 }
                 Operator::new(b).map_err(setup)?.finish()
             }
+            RemoteUrl::Grpc { .. } => {
+                return Err(RemoteError::BadUrl {
+                    url: name,
+                    reason: "a grpc:// remote is a REAPI server, not an OpenDAL service: open it with ReapiCache".to_string(),
+                })
+            }
             RemoteUrl::Fs { root } => {
                 let root = root.to_string_lossy();
                 // Written beside the objects and renamed into place: a reader on another
@@ -240,7 +246,7 @@ impl RemoteBackend for OpendalCache {
         self.timeouts
     }
 
-    fn has_blob(&self, digest: Digest) -> BoxFuture<'_, Result<bool, RemoteError>> {
+    fn has_blob(&self, digest: Digest, _size: u64) -> BoxFuture<'_, Result<bool, RemoteError>> {
         async move {
             let path = blob_path(&digest);
             self.op
@@ -251,7 +257,11 @@ impl RemoteBackend for OpendalCache {
         .boxed()
     }
 
-    fn read_blob(&self, digest: Digest) -> BoxFuture<'_, Result<Option<BlobStream>, RemoteError>> {
+    fn read_blob(
+        &self,
+        digest: Digest,
+        _size: Option<u64>,
+    ) -> BoxFuture<'_, Result<Option<BlobStream>, RemoteError>> {
         async move {
             let path = blob_path(&digest);
             let object = format!("blob {digest}");
@@ -359,7 +369,12 @@ impl RemoteBackend for OpendalCache {
         .boxed()
     }
 
-    fn put_action(&self, key: Digest, bytes: Vec<u8>) -> BoxFuture<'_, Result<(), RemoteError>> {
+    fn put_action(
+        &self,
+        key: Digest,
+        bytes: Vec<u8>,
+        _blobs: Vec<(Digest, u64)>,
+    ) -> BoxFuture<'_, Result<(), RemoteError>> {
         async move {
             let path = action_path(&key);
             self.op

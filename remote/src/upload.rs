@@ -101,12 +101,13 @@ pub async fn push_action(
     entry: &ActionEntry,
 ) -> Result<PushReport, RemoteError> {
     let mut report = PushReport::default();
-    for (digest, size) in action_blobs(local, entry)? {
+    let blobs = action_blobs(local, entry)?;
+    for &(digest, size) in &blobs {
         let present = bounded(
             remote,
             "check",
             || format!("blob {digest}"),
-            remote.has_blob(digest),
+            remote.has_blob(digest, size),
         )
         .await?;
         if present {
@@ -126,7 +127,7 @@ pub async fn push_action(
         remote,
         "write",
         || format!("action entry {}", entry.key),
-        remote.put_action(entry.key, bytes),
+        remote.put_action(entry.key, bytes, blobs),
     )
     .await?;
     Ok(report)

@@ -22,6 +22,9 @@ pub enum RemoteUrl {
     },
     /// `file:///path`: a plain directory, local or on NFS.
     Fs { root: PathBuf },
+    /// `grpc://host:port[/instance_name]`: a REAPI server (CAS + ActionCache + ByteStream)
+    /// over plain HTTP/2. The instance name may hold slashes; empty is the default instance.
+    Grpc { authority: String, instance: String },
 }
 
 impl RemoteUrl {
@@ -30,9 +33,9 @@ impl RemoteUrl {
             url: redact(url),
             reason: reason.to_string(),
         };
-        let (scheme, rest) = url
-            .split_once("://")
-            .ok_or_else(|| bad("expected s3://, webdav+http(s)://, http(s):// or file://"))?;
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| {
+            bad("expected s3://, webdav+http(s)://, http(s)://, file:// or grpc://")
+        })?;
         match scheme {
             "s3" => {
                 let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -85,8 +88,26 @@ impl RemoteUrl {
                     root: PathBuf::from(rest),
                 })
             }
+            "grpc" => {
+                let (authority, instance) = rest.split_once('/').unwrap_or((rest, ""));
+                if authority.is_empty() {
+                    return Err(bad("no host:port after grpc://"));
+                }
+                if authority.contains('@') || rest.contains(['?', '#']) {
+                    return Err(bad(
+                        "credentials, a query or a fragment are not supported in a grpc:// URL",
+                    ));
+                }
+                Ok(RemoteUrl::Grpc {
+                    authority: authority.to_string(),
+                    instance: instance.trim_matches('/').to_string(),
+                })
+            }
+            "grpcs" => Err(bad(
+                "grpcs:// (TLS) is not supported yet; use grpc:// (plain HTTP/2), through a TLS tunnel or proxy if the server is not on a trusted network",
+            )),
             other => Err(bad(&format!(
-                "unknown scheme {other:?}; expected s3, webdav+http, webdav+https, http, https or file"
+                "unknown scheme {other:?}; expected s3, webdav+http, webdav+https, http, https, file or grpc"
             ))),
         }
     }
@@ -100,6 +121,14 @@ impl fmt::Display for RemoteUrl {
             RemoteUrl::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
             RemoteUrl::WebDav { endpoint, path, .. } => write!(f, "webdav+{endpoint}{path}"),
             RemoteUrl::Fs { root } => write!(f, "file://{}", root.display()),
+            RemoteUrl::Grpc {
+                authority,
+                instance,
+            } if instance.is_empty() => write!(f, "grpc://{authority}"),
+            RemoteUrl::Grpc {
+                authority,
+                instance,
+            } => write!(f, "grpc://{authority}/{instance}"),
         }
     }
 }
@@ -160,15 +189,28 @@ mod tests {
                 root: "/mnt/nfs/cache".into()
             }
         );
+        let grpc = RemoteUrl::parse("grpc://127.0.0.1:8980/team/main/").unwrap();
+        assert_eq!(
+            grpc,
+            RemoteUrl::Grpc {
+                authority: "127.0.0.1:8980".into(),
+                instance: "team/main".into(),
+            }
+        );
+        assert_eq!(grpc.to_string(), "grpc://127.0.0.1:8980/team/main");
+        let default_instance = RemoteUrl::parse("grpc://cache.lan:9092").unwrap();
+        assert_eq!(default_instance.to_string(), "grpc://cache.lan:9092");
     }
 
     #[test]
     fn rejects_with_a_reason_and_hides_passwords() {
         let cases = [
-            ("bucket/x", "failed to parse remote cache URL \"bucket/x\": expected s3://, webdav+http(s)://, http(s):// or file://"),
+            ("bucket/x", "failed to parse remote cache URL \"bucket/x\": expected s3://, webdav+http(s)://, http(s)://, file:// or grpc://"),
             ("s3:///x", "failed to parse remote cache URL \"s3:///x\": no bucket name after s3://"),
             ("file://rel/x", "failed to parse remote cache URL \"file://rel/x\": expected an absolute path: file:///path"),
-            ("gs://b", "failed to parse remote cache URL \"gs://b\": unknown scheme \"gs\"; expected s3, webdav+http, webdav+https, http, https or file"),
+            ("gs://b", "failed to parse remote cache URL \"gs://b\": unknown scheme \"gs\"; expected s3, webdav+http, webdav+https, http, https, file or grpc"),
+            ("grpc:///inst", "failed to parse remote cache URL \"grpc:///inst\": no host:port after grpc://"),
+            ("grpcs://h:1", "failed to parse remote cache URL \"grpcs://h:1\": grpcs:// (TLS) is not supported yet; use grpc:// (plain HTTP/2), through a TLS tunnel or proxy if the server is not on a trusted network"),
             ("http://u:secret@/x", "failed to parse remote cache URL \"http://u:***@/x\": no host"),
         ];
         for (url, msg) in cases {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Installs the servers the heddle-remote tests start on 127.0.0.1: moto (S3) in a venv and
-# nginx (WebDAV) from Debian's packages. Idempotent: each step is skipped when done.
+# Installs the servers the heddle-remote tests start on 127.0.0.1: moto (S3) in a venv,
+# nginx (WebDAV) from Debian's packages and BuildGrid (REAPI) in a second venv. Idempotent:
+# each step is skipped when done.
 #   bash remote/tests/servers.sh        (tests/all.sh calls it)
-# The tests find moto at target/remote-venv/bin/moto_server and nginx on PATH or /usr/sbin.
+# The tests find moto at target/remote-venv/bin/moto_server, nginx on PATH or /usr/sbin and
+# BuildGrid at target/reapi-venv/bin/bgd.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root="$(pwd)"
@@ -27,4 +29,12 @@ if [[ ! -x "$venv/bin/moto_server" ]]; then
   echo "== python venv for the S3 test server ($venv)"
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check 'moto[server]==5.1.*' boto3
+fi
+
+# The REAPI test server: BuildGrid 0.4.4 (CAS, ByteStream, ActionCache) in a venv of its own.
+reapi_venv="$root/target/reapi-venv"
+if [[ ! -x "$reapi_venv/bin/bgd" ]]; then
+  echo "== python venv for the REAPI test server ($reapi_venv)"
+  python3 -m venv "$reapi_venv"
+  "$reapi_venv/bin/pip" install -q --disable-pip-version-check 'buildgrid==0.4.4'
 fi

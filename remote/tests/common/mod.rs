@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use heddle_cache::{ActionEntry, Digest, OutputEntry, Store};
 use heddle_remote::{
-    fetch_action, push_action, FetchReport, OpendalCache, RemoteBackend, RemoteError, RemoteUrl,
+    fetch_action, push_action, FetchReport, OpendalCache, ReapiCache, RemoteBackend, RemoteError,
+    RemoteUrl,
     S3Settings, Timeouts,
 };
 
@@ -48,15 +49,17 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Up to 3 minutes: BuildGrid (Python) takes 45 s to start on a 2-core machine busy with
+/// builds. A bound on a hang, not a timing assertion.
 fn wait_listening(port: u16, child: &mut Child, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(180);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         if let Some(status) = child.try_wait().unwrap() {
             panic!("{what} exited before listening: {status}");
         }
         assert!(
             Instant::now() < deadline,
-            "{what} did not listen on {port} within 60 s"
+            "{what} did not listen on {port} within 180 s"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -268,6 +271,143 @@ fn unsafe_is_root() -> bool {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
         .unwrap_or(false)
+}
+
+// ------------------------------------------------------------------ BuildGrid (REAPI)
+
+/// The venv remote/tests/servers.sh installs BuildGrid 0.4.4 into.
+pub fn reapi_venv() -> PathBuf {
+    repo_root().join("target/reapi-venv")
+}
+
+pub fn bgd_path() -> Option<PathBuf> {
+    let p = reapi_venv().join("bin/bgd");
+    p.exists().then_some(p)
+}
+
+/// Where a test BuildGrid keeps its blobs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum BlobStorage {
+    /// In memory (an LRU of 1 GB): the plain server.
+    Memory,
+    /// Files under `<dir>/store/cas/objects/`, so a test can reach a blob behind the
+    /// server's back ([`buildgrid_blob_path`]).
+    Disk,
+}
+
+/// Instance names the test server serves: the default one and a named one.
+pub const REAPI_INSTANCE: &str = "team";
+
+/// A BuildGrid server (CAS, ByteStream and ActionCache, on instances "" and [`REAPI_INSTANCE`])
+/// on 127.0.0.1, or `None` when skipped.
+pub fn start_buildgrid(storage: BlobStorage) -> Option<Server> {
+    let bgd = require("BuildGrid 0.4.4 (REAPI test server)", bgd_path())?;
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let store = match storage {
+        BlobStorage::Memory => "!lru-storage &cas\n    size: 1GB".to_string(),
+        BlobStorage::Disk => format!("!disk-storage &cas\n    path: {}/store", d.display()),
+    };
+    let conf = format!(
+        r#"server:
+  - !channel
+    address: "127.0.0.1:{port}"
+    insecure-mode: true
+authorization:
+  method: none
+monitoring:
+  enabled: false
+storages:
+  - {store}
+caches:
+{default_ac}{named_ac}instances:
+{default}{named}"#,
+        default_ac = buildgrid_action_cache("default"),
+        named_ac = buildgrid_action_cache("named"),
+        default = buildgrid_instance(""),
+        named = buildgrid_instance(REAPI_INSTANCE),
+    );
+    std::fs::write(d.join("buildgrid.yml"), conf).unwrap();
+    let mut child = Command::new(bgd)
+        .args([
+            "server",
+            "start",
+            &d.join("buildgrid.yml").display().to_string(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(
+            std::fs::File::create(d.join("buildgrid.log")).unwrap(),
+        ))
+        .spawn()
+        .unwrap();
+    wait_listening(port, &mut child, "bgd server");
+    Some(Server { child, port, dir })
+}
+
+/// One ActionCache per instance: BuildGrid keys a shared one by action digest alone.
+fn buildgrid_action_cache(anchor: &str) -> String {
+    format!(
+        r#"  - !lru-action-cache &ac-{anchor}
+    storage: *cas
+    max-cached-refs: 100000
+    allow-updates: true
+    cache-failed-actions: true
+"#
+    )
+}
+
+fn buildgrid_instance(name: &str) -> String {
+    let anchor = if name.is_empty() { "default" } else { "named" };
+    format!(
+        r#"  - name: '{name}'
+    services:
+      - !cas
+        storage: *cas
+      - !bytestream
+        storage: *cas
+      - !action-cache
+        cache: *ac-{anchor}
+"#
+    )
+}
+
+/// Timeouts for the REAPI tests: BuildGrid is Python, and on a loaded 2-core machine with two
+/// test servers it can take seconds to answer; the failure tests set their own.
+pub fn reapi_timeouts() -> Timeouts {
+    Timeouts {
+        request: Duration::from_secs(20),
+        idle: Duration::from_secs(20),
+        retries: 3,
+    }
+}
+
+/// Where a [`BlobStorage::Disk`] BuildGrid keeps blob `digest`.
+pub fn buildgrid_blob_path(server: &Server, digest: Digest) -> PathBuf {
+    let hex = digest.to_hex();
+    server
+        .dir
+        .path()
+        .join("store/cas/objects")
+        .join(&hex[..2])
+        .join(&hex[2..])
+}
+
+/// The REAPI backend for `server`'s instance `instance` ("" for the default one).
+pub fn reapi_remote(server: &Server, instance: &str, timeouts: Timeouts) -> Arc<dyn RemoteBackend> {
+    let url = if instance.is_empty() {
+        format!("grpc://127.0.0.1:{}", server.port)
+    } else {
+        format!("grpc://127.0.0.1:{}/{instance}", server.port)
+    };
+    let RemoteUrl::Grpc {
+        authority,
+        instance,
+    } = RemoteUrl::parse(&url).unwrap()
+    else {
+        panic!("{url} is a grpc URL")
+    };
+    Arc::new(ReapiCache::open(&authority, &instance, url, timeouts).unwrap())
 }
 
 // ------------------------------------------------------------------ stores and actions

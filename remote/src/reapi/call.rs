@@ -1,0 +1,111 @@
+//! Deadlines, retries and error mapping shared by every REAPI call, so a server that is down
+//! or stalls costs at most [`Timeouts::request_budget`] per call, as with the other backends.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tonic::{Code, Status};
+
+use crate::backend::{Timeouts, RETRY_MAX_DELAY, RETRY_MIN_DELAY};
+use crate::RemoteError;
+
+/// What a failing call was doing, for its error message.
+pub(super) struct CallSite<'a> {
+    pub op: &'static str,
+    pub object: &'a str,
+    pub remote: &'a str,
+    pub timeouts: Timeouts,
+}
+
+impl CallSite<'_> {
+    pub fn error(&self, source: Status) -> RemoteError {
+        RemoteError::Grpc {
+            op: self.op,
+            object: self.object.to_string(),
+            remote: self.remote.to_string(),
+            source: Box::new(source),
+        }
+    }
+
+    pub fn timeout(&self, limit: Duration) -> RemoteError {
+        RemoteError::Timeout {
+            op: self.op,
+            object: self.object.to_string(),
+            remote: self.remote.to_string(),
+            secs: limit.as_secs(),
+        }
+    }
+
+    /// Run `attempt` (one request, built afresh each time) with the request timeout on each
+    /// attempt, retrying codes that say "try again" with jittered exponential backoff. The
+    /// deadline is also sent to the server (`grpc-timeout`) by the caller's request.
+    pub async fn retrying<T, F, Fut>(&self, mut attempt: F) -> Result<T, RemoteError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let limit = self.timeouts.request;
+        let mut delay = RETRY_MIN_DELAY;
+        let mut tries = 0;
+        loop {
+            let failure = match tokio::time::timeout(limit, attempt()).await {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(status)) if !is_transient(status.code()) => return Err(self.error(status)),
+                Ok(Err(status)) => self.error(status),
+                Err(_) => self.timeout(limit),
+            };
+            if tries == self.timeouts.retries {
+                return Err(failure);
+            }
+            tries += 1;
+            tokio::time::sleep(jittered(delay)).await;
+            delay = (delay * 2).min(RETRY_MAX_DELAY);
+        }
+    }
+}
+
+/// A request carrying the deadline to the server too, so it can drop work nobody waits for.
+pub(super) fn request<T>(message: T, timeouts: Timeouts) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(message);
+    r.set_timeout(timeouts.request);
+    r
+}
+
+/// Codes worth another attempt: the server was unreachable, overloaded or gave up on time.
+/// tonic reports a refused or reset connection as `Unavailable`.
+fn is_transient(code: Code) -> bool {
+    matches!(
+        code,
+        Code::Unavailable | Code::ResourceExhausted | Code::Aborted | Code::DeadlineExceeded
+    )
+}
+
+/// Codes after which every later call would fail the same way (no server, a broken
+/// connection, a server without these services, credentials refused): the run stops asking
+/// this remote ([`RemoteError::is_unavailable`]). The others (`NotFound`, `InvalidArgument`,
+/// `DataLoss`, ...) are answers about one object.
+pub(crate) fn is_unavailable_code(code: Code) -> bool {
+    matches!(
+        code,
+        Code::Unavailable
+            | Code::ResourceExhausted
+            | Code::Aborted
+            | Code::DeadlineExceeded
+            | Code::Cancelled
+            | Code::Unknown
+            | Code::Internal
+            | Code::Unimplemented
+            | Code::Unauthenticated
+            | Code::PermissionDenied
+    )
+}
+
+/// `delay` scaled by a factor in [0.5, 1.5), from the clock's nanoseconds: writers that
+/// collided do not retry in lockstep. No randomness crate needed for that.
+fn jittered(delay: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    delay.mul_f64(0.5 + f64::from(nanos % 1000) / 1000.0)
+}

@@ -1,0 +1,393 @@
+//! [`ReapiCache`]: the Remote Execution API backend: a ContentAddressableStorage, ActionCache
+//! and ByteStream server over gRPC (BuildGrid, Buildbarn, bazel-remote, BuildBuddy,
+//! NativeLink, ...), at `grpc://host:port[/instance_name]`.
+//!
+//! Mapping (see action.rs for the ActionCache side):
+//!
+//! - heddle blob → CAS blob, REAPI digest = (sha256 hex, size). Presence is asked with
+//!   `FindMissingBlobs`; blobs up to [`BATCH_MAX`] move in one `BatchUpdateBlobs` /
+//!   `BatchReadBlobs` call, larger ones stream over ByteStream `Write` / `Read`
+//!   (`{instance}/uploads/{uuid}/blobs/{hash}/{size}`, `{instance}/blobs/{hash}/{size}`).
+//! - heddle action entry → an ActionResult under a synthetic Action digest derived from the
+//!   heddle key, pointing at the entry JSON as a CAS blob and listing every blob it needs.
+//!
+//! Verification is the crate's, as for every backend: `download.rs` hashes each blob as it
+//! streams into the local store. The entry JSON is a CAS blob here, so this backend checks
+//! its sha256 too before handing it over ([`RemoteError::CorruptBlob`] otherwise).
+//!
+//! Every call has the request timeout (also sent to the server as `grpc-timeout`) and bounded
+//! retries of `UNAVAILABLE` and friends (call.rs); blob bodies have the idle timeout per chunk.
+//! A server that is down answers `UNAVAILABLE` at once, which [`RemoteError::is_unavailable`]
+//! recognises, so the run degrades to local work as with the other backends.
+//!
+//! Plain HTTP/2 only (`grpc://`); `grpcs://` is refused by the URL parser for now.
+
+mod action;
+mod bytestream;
+mod call;
+mod names;
+mod proto;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, StreamExt};
+use heddle_cache::Digest;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+use self::action::{action_key, action_result, stored_entry, ENTRY_PATH};
+use self::bytestream::Target;
+use self::call::{request, CallSite};
+use self::names::reapi_digest;
+use self::proto::build::bazel::remote::execution::v2 as re;
+use self::proto::build::bazel::remote::execution::v2::action_cache_client::ActionCacheClient;
+use self::proto::build::bazel::remote::execution::v2::content_addressable_storage_client::ContentAddressableStorageClient;
+use crate::backend::{BlobStream, RemoteBackend, Timeouts};
+use crate::RemoteError;
+
+pub(crate) use self::call::is_unavailable_code;
+
+/// Blobs up to this size go in one batch call; larger ones stream over ByteStream. Well under
+/// gRPC's default 4 MiB message limit, which servers apply to batch requests too.
+pub const BATCH_MAX: u64 = 1024 * 1024;
+/// An action entry is a few KiB; anything far larger is not one, and is not read into memory.
+const MAX_ENTRY_BYTES: u64 = 16 * 1024 * 1024;
+/// Tree-manifest sizes remembered from ActionResults (see [`ReapiCache::sizes`]); cleared past
+/// this many so a long run's memory stays bounded.
+const MAX_REMEMBERED_SIZES: usize = 100_000;
+
+pub struct ReapiCache {
+    channel: Channel,
+    instance: String,
+    name: String,
+    timeouts: Timeouts,
+    /// Blob sizes learned from the ActionResults this backend read. REAPI cannot read a blob
+    /// by hash alone, and heddle's entry does not record a tree manifest's size; the
+    /// ActionResult does, and `fetch_action` reads a manifest right after its entry.
+    sizes: Mutex<HashMap<Digest, u64>>,
+}
+
+impl ReapiCache {
+    /// Connect lazily (no request is made here) to the REAPI server at `authority`
+    /// (`host:port`), instance `instance` (may be empty).
+    pub fn open(
+        authority: &str,
+        instance: &str,
+        name: String,
+        timeouts: Timeouts,
+    ) -> Result<ReapiCache, RemoteError> {
+        let endpoint = Endpoint::from_shared(format!("http://{authority}"))
+            .map_err(|e| RemoteError::BadUrl {
+                url: name.clone(),
+                reason: e.to_string(),
+            })?
+            .connect_timeout(timeouts.request)
+            .tcp_nodelay(true)
+            // A connection whose peer vanished (a server host that died without closing it)
+            // is noticed within the idle timeout, not at the next TCP retransmit limit.
+            .http2_keep_alive_interval(timeouts.idle)
+            .keep_alive_timeout(timeouts.idle);
+        Ok(ReapiCache {
+            channel: endpoint.connect_lazy(),
+            instance: instance.to_string(),
+            name,
+            timeouts,
+            sizes: Mutex::default(),
+        })
+    }
+
+    fn site<'a>(&'a self, op: &'static str, object: &'a str) -> CallSite<'a> {
+        CallSite {
+            op,
+            object,
+            remote: &self.name,
+            timeouts: self.timeouts,
+        }
+    }
+
+    fn target(&self) -> Target<'_> {
+        Target {
+            channel: &self.channel,
+            instance: &self.instance,
+            remote: &self.name,
+            timeouts: self.timeouts,
+        }
+    }
+
+    fn cas(&self) -> ContentAddressableStorageClient<Channel> {
+        ContentAddressableStorageClient::new(self.channel.clone())
+    }
+
+    /// Upload small blobs in one `BatchUpdateBlobs` call; any blob the server refuses fails it.
+    async fn batch_update(
+        &self,
+        object: &str,
+        blobs: Vec<(re::Digest, Bytes)>,
+    ) -> Result<(), RemoteError> {
+        let site = self.site("write", object);
+        let message = re::BatchUpdateBlobsRequest {
+            instance_name: self.instance.clone(),
+            requests: blobs
+                .into_iter()
+                .map(|(digest, data)| re::batch_update_blobs_request::Request {
+                    digest: Some(digest),
+                    data,
+                    ..Default::default()
+                })
+                .collect(),
+            digest_function: re::digest_function::Value::Sha256 as i32,
+        };
+        let answer = site
+            .retrying(|| {
+                let mut cas = self.cas();
+                let r = request(message.clone(), self.timeouts);
+                async move { Ok(cas.batch_update_blobs(r).await?.into_inner()) }
+            })
+            .await?;
+        for r in answer.responses {
+            if let Some(status) = r.status.filter(|s| s.code != Code::Ok as i32) {
+                return Err(site.error(Status::new(status.code.into(), status.message)));
+            }
+        }
+        Ok(())
+    }
+
+    /// A small blob's bytes in one `BatchReadBlobs` call; `None` when the server lacks it.
+    async fn batch_read(&self, digest: Digest, size: u64) -> Result<Option<Bytes>, RemoteError> {
+        let object = format!("blob {digest}");
+        let site = self.site("read", &object);
+        let message = re::BatchReadBlobsRequest {
+            instance_name: self.instance.clone(),
+            digests: vec![reapi_digest(digest, size)],
+            acceptable_compressors: Vec::new(),
+            digest_function: re::digest_function::Value::Sha256 as i32,
+        };
+        let answer = site
+            .retrying(|| {
+                let mut cas = self.cas();
+                let r = request(message.clone(), self.timeouts);
+                async move { Ok(cas.batch_read_blobs(r).await?.into_inner()) }
+            })
+            .await?;
+        let Some(r) = answer.responses.into_iter().next() else {
+            return Err(site.error(Status::internal("the server answered for no blob")));
+        };
+        match r.status.map(|s| (Code::from(s.code), s.message)) {
+            None | Some((Code::Ok, _)) => Ok(Some(r.data)),
+            Some((Code::NotFound, _)) => Ok(None),
+            Some((code, message)) => Err(site.error(Status::new(code, message))),
+        }
+    }
+
+    /// Blob `digest`'s bytes, collected (for the entry JSON, bounded by the caller).
+    async fn read_all(&self, digest: Digest, size: u64) -> Result<Option<Bytes>, RemoteError> {
+        if size <= BATCH_MAX {
+            return self.batch_read(digest, size).await;
+        }
+        let Some(mut body) = bytestream::read(&self.target(), digest, size).await? else {
+            return Ok(None);
+        };
+        let mut all = Vec::with_capacity(size as usize);
+        let idle = self.timeouts.idle;
+        loop {
+            match tokio::time::timeout(idle, body.next()).await {
+                Ok(Some(chunk)) => all.extend_from_slice(&chunk?),
+                Ok(None) => return Ok(Some(Bytes::from(all))),
+                Err(_) => {
+                    let object = format!("blob {digest}");
+                    return Err(self.site("read", &object).timeout(idle));
+                }
+            }
+        }
+    }
+
+    fn remember_sizes(&self, blobs: &[(Digest, u64)]) {
+        let mut sizes = self.sizes.lock().expect("sizes");
+        if sizes.len() + blobs.len() > MAX_REMEMBERED_SIZES {
+            sizes.clear();
+        }
+        sizes.extend(blobs.iter().copied());
+    }
+}
+
+impl RemoteBackend for ReapiCache {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
+    fn has_blob(&self, digest: Digest, size: u64) -> BoxFuture<'_, Result<bool, RemoteError>> {
+        async move {
+            let object = format!("blob {digest}");
+            let message = re::FindMissingBlobsRequest {
+                instance_name: self.instance.clone(),
+                blob_digests: vec![reapi_digest(digest, size)],
+                digest_function: re::digest_function::Value::Sha256 as i32,
+            };
+            let answer = self
+                .site("check", &object)
+                .retrying(|| {
+                    let mut cas = self.cas();
+                    let r = request(message.clone(), self.timeouts);
+                    async move { Ok(cas.find_missing_blobs(r).await?.into_inner()) }
+                })
+                .await?;
+            Ok(answer.missing_blob_digests.is_empty())
+        }
+        .boxed()
+    }
+
+    fn read_blob(
+        &self,
+        digest: Digest,
+        size: Option<u64>,
+    ) -> BoxFuture<'_, Result<Option<BlobStream>, RemoteError>> {
+        async move {
+            let known = size.or_else(|| self.sizes.lock().expect("sizes").get(&digest).copied());
+            // REAPI reads a blob by hash and size; without the size there is nothing to ask.
+            let Some(size) = known else { return Ok(None) };
+            if size > BATCH_MAX {
+                return bytestream::read(&self.target(), digest, size).await;
+            }
+            Ok(self
+                .batch_read(digest, size)
+                .await?
+                .map(|data| futures_util::stream::iter([Ok(data)]).boxed()))
+        }
+        .boxed()
+    }
+
+    fn write_blob(
+        &self,
+        digest: Digest,
+        size: u64,
+        mut data: BlobStream,
+    ) -> BoxFuture<'_, Result<(), RemoteError>> {
+        async move {
+            if size > BATCH_MAX {
+                return bytestream::write(&self.target(), digest, size, data).await;
+            }
+            // Collected to the end first: a stream that ends in an error (the local file no
+            // longer hashes to `digest`) sends nothing.
+            let mut all = Vec::with_capacity(size as usize);
+            while let Some(chunk) = data.next().await {
+                all.extend_from_slice(&chunk?);
+            }
+            let object = format!("blob {digest}");
+            self.batch_update(
+                &object,
+                vec![(reapi_digest(digest, size), Bytes::from(all))],
+            )
+            .await
+        }
+        .boxed()
+    }
+
+    fn get_action(&self, key: Digest) -> BoxFuture<'_, Result<Option<Vec<u8>>, RemoteError>> {
+        async move {
+            let object = format!("action entry {key}");
+            let site = self.site("read", &object);
+            let message = re::GetActionResultRequest {
+                instance_name: self.instance.clone(),
+                action_digest: Some(action_key(key).digest),
+                inline_stdout: false,
+                inline_stderr: false,
+                inline_output_files: vec![ENTRY_PATH.to_string()],
+                digest_function: re::digest_function::Value::Sha256 as i32,
+            };
+            let answer = site
+                .retrying(|| {
+                    let mut ac = ActionCacheClient::new(self.channel.clone());
+                    let r = request(message.clone(), self.timeouts);
+                    async move { Ok(ac.get_action_result(r).await?.into_inner()) }
+                })
+                .await;
+            let result = match answer {
+                Ok(result) => result,
+                Err(RemoteError::Grpc { source, .. }) if source.code() == Code::NotFound => {
+                    return Ok(None)
+                }
+                Err(e) => return Err(e),
+            };
+            let bad = |reason: String| RemoteError::BadEntry {
+                key,
+                remote: self.name.clone(),
+                reason,
+            };
+            let stored = stored_entry(result).map_err(bad)?;
+            let (digest, size) = stored.entry;
+            if size > MAX_ENTRY_BYTES {
+                return Err(bad(format!(
+                    "{size} bytes is too large for an action entry"
+                )));
+            }
+            self.remember_sizes(&stored.blobs);
+            let bytes = if stored.inline.len() as u64 == size {
+                stored.inline
+            } else {
+                // The entry blob is gone (evicted since the ActionResult was written): a miss.
+                let Some(bytes) = self.read_all(digest, size).await? else {
+                    return Ok(None);
+                };
+                bytes
+            };
+            let actual = Digest::of_bytes(&bytes);
+            if actual != digest || bytes.len() as u64 != size {
+                return Err(RemoteError::CorruptBlob {
+                    digest,
+                    actual,
+                    size: bytes.len() as u64,
+                    remote: self.name.clone(),
+                });
+            }
+            Ok(Some(bytes.to_vec()))
+        }
+        .boxed()
+    }
+
+    fn put_action(
+        &self,
+        key: Digest,
+        bytes: Vec<u8>,
+        blobs: Vec<(Digest, u64)>,
+    ) -> BoxFuture<'_, Result<(), RemoteError>> {
+        async move {
+            let object = format!("action entry {key}");
+            let (entry_hash, entry_size) = (Digest::of_bytes(&bytes), bytes.len() as u64);
+            let entry = reapi_digest(entry_hash, entry_size);
+            let action = action_key(key);
+            // The entry blob (with the Action and Command behind the AC key) before the
+            // ActionResult that names it.
+            let mut small = action.blobs.to_vec();
+            if entry_size <= BATCH_MAX {
+                small.push((entry.clone(), Bytes::from(bytes)));
+            } else {
+                let data = futures_util::stream::iter([Ok(Bytes::from(bytes))]).boxed();
+                bytestream::write(&self.target(), entry_hash, entry_size, data).await?;
+            }
+            self.batch_update(&object, small).await?;
+            let message = re::UpdateActionResultRequest {
+                instance_name: self.instance.clone(),
+                action_digest: Some(action.digest),
+                action_result: Some(action_result(entry, &blobs)),
+                results_cache_policy: None,
+                digest_function: re::digest_function::Value::Sha256 as i32,
+            };
+            self.site("write", &object)
+                .retrying(|| {
+                    let mut ac = ActionCacheClient::new(self.channel.clone());
+                    let r = request(message.clone(), self.timeouts);
+                    async move { Ok(ac.update_action_result(r).await?.into_inner()) }
+                })
+                .await?;
+            Ok(())
+        }
+        .boxed()
+    }
+}

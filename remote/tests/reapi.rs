@@ -1,0 +1,280 @@
+//! The REAPI backend against BuildGrid 0.4.4 on 127.0.0.1 (CAS, ByteStream and ActionCache),
+//! started and killed by each test.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use heddle_cache::{Digest, OutputEntry};
+use heddle_remote::{
+    fetch_action, fetch_blob, push_action, upload_blob, RemoteError, Timeouts, REAPI_BATCH_MAX,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trip_into_an_empty_store() {
+    let Some(server) = start_buildgrid(BlobStorage::Memory) else {
+        return;
+    };
+    // The model output (3 MiB) is over the batch limit: it takes the ByteStream path, the
+    // tree's files and the manifest the batch path.
+    assert!(REAPI_BATCH_MAX < 3 * 1024 * 1024);
+    case_round_trip(reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_are_separate_caches() {
+    let Some(server) = start_buildgrid(BlobStorage::Memory) else {
+        return;
+    };
+    let team = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
+    let default = reapi_remote(&server, "", reapi_timeouts());
+    let a = local();
+    let entry = make_action(&a, 5, 1000);
+    push_action(&*team, &a.store, &entry).await.unwrap();
+    let b = local();
+    assert!(fetch_action(&*default, b.store.clone(), entry.key)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(fetch_action(&*team, b.store.clone(), entry.key)
+        .await
+        .unwrap()
+        .is_some());
+}
+
+/// Blobs on both paths (one batch call; ByteStream in 1 MiB requests) go up and come back
+/// byte-identical, and a local file that no longer matches its digest never becomes a blob.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blobs_round_trip_on_both_paths_and_a_wrong_upload_is_never_committed() {
+    let Some(server) = start_buildgrid(BlobStorage::Memory) else {
+        return;
+    };
+    let remote = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
+    let dir = tempfile::tempdir().unwrap();
+    for (seed, len) in [(1, 0usize), (2, 1000), (3, 20 * 1024 * 1024 + 5)] {
+        let bytes = pseudo_random(seed, len);
+        let digest = Digest::of_bytes(&bytes);
+        let src = dir.path().join(format!("src-{seed}"));
+        std::fs::write(&src, &bytes).unwrap();
+        upload_blob(&*remote, digest, &src).await.unwrap();
+        assert!(remote.has_blob(digest, len as u64).await.unwrap());
+        let dest = dir.path().join(format!("dest-{seed}"));
+        let got = fetch_blob(&*remote, digest, Some(len as u64), &dest)
+            .await
+            .unwrap();
+        assert_eq!(got, Some(len as u64));
+        assert!(
+            std::fs::read(&dest).unwrap() == bytes,
+            "blob of {len} bytes"
+        );
+
+        // The same file claimed under another digest: the upload is aborted.
+        let claimed = Digest::of_bytes(format!("not {seed}").as_bytes());
+        let err = upload_blob(&*remote, claimed, &src).await.unwrap_err();
+        assert!(
+            matches!(err, RemoteError::LocalCorrupt { digest, .. } if digest == claimed),
+            "{err:?}"
+        );
+        if len > 0 {
+            assert!(!remote.has_blob(claimed, len as u64).await.unwrap());
+        }
+    }
+    let never = Digest::of_bytes(b"never uploaded");
+    assert!(!remote.has_blob(never, 14).await.unwrap());
+    let dest = dir.path().join("never");
+    assert_eq!(
+        fetch_blob(&*remote, never, Some(14), &dest).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        fetch_blob(&*remote, never, Some(2 * REAPI_BATCH_MAX), &dest)
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_blob_is_never_served() {
+    let Some(server) = start_buildgrid(BlobStorage::Disk) else {
+        return;
+    };
+    let remote = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
+    let path = |d| buildgrid_blob_path(&server, d);
+    case_corrupt_blob(remote, |digest, bytes| {
+        let p = path(digest);
+        assert!(
+            p.exists(),
+            "BuildGrid keeps blob {digest} at {}",
+            p.display()
+        );
+        std::fs::write(p, bytes).unwrap();
+    })
+    .await;
+}
+
+/// A blob the entry needs disappears from the server (evicted): the fetch is a miss or a
+/// MissingBlob error, never a recorded entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_blob_is_a_miss_not_a_result() {
+    let Some(server) = start_buildgrid(BlobStorage::Disk) else {
+        return;
+    };
+    let remote = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
+    let a = local();
+    let entry = make_action(&a, 6, 200_000);
+    push_action(&*remote, &a.store, &entry).await.unwrap();
+    let OutputEntry::File { digest, .. } = entry.outputs["model"] else {
+        panic!("model is a file")
+    };
+    std::fs::remove_file(buildgrid_blob_path(&server, digest)).unwrap();
+    let b = local();
+    match fetch_action(&*remote, b.store.clone(), entry.key).await {
+        Ok(None) | Err(RemoteError::MissingBlob { .. }) => {}
+        other => panic!("expected a miss, got {other:?}"),
+    }
+    assert!(b.store.lookup_action(&entry.key).unwrap().is_none());
+    assert!(!b.store.has_blob(&digest));
+}
+
+/// An entry blob that was altered on the server is refused before it is parsed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_entry_is_refused() {
+    let Some(server) = start_buildgrid(BlobStorage::Disk) else {
+        return;
+    };
+    let remote = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
+    let a = local();
+    let entry = make_action(&a, 7, 1000);
+    push_action(&*remote, &a.store, &entry).await.unwrap();
+    let json = serde_json::to_vec_pretty(&entry).unwrap();
+    let entry_blob = Digest::of_bytes(&json);
+    let p = buildgrid_blob_path(&server, entry_blob);
+    let mut evil = std::fs::read(&p).unwrap();
+    assert_eq!(evil, json, "the entry blob is the entry's JSON");
+    let at = evil.len() - 3;
+    evil[at] ^= 1;
+    std::fs::write(&p, evil).unwrap();
+    let b = local();
+    let err = fetch_action(&*remote, b.store.clone(), entry.key)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RemoteError::CorruptBlob { digest, .. } if digest == entry_blob),
+        "{err:?}"
+    );
+    assert!(!err.is_unavailable());
+    assert!(b.store.lookup_action(&entry.key).unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_of_one_key() {
+    let Some(server) = start_buildgrid(BlobStorage::Memory) else {
+        return;
+    };
+    case_concurrent_writers(|| reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts())).await;
+}
+
+/// The server dies between the push and the fetch: the fetch fails with an error that says
+/// the remote is unavailable, within the timeout, and the local store is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_killed_gives_a_typed_error_without_hanging() {
+    let Some(mut server) = start_buildgrid(BlobStorage::Memory) else {
+        return;
+    };
+    let t = short_timeouts();
+    let remote = reapi_remote(&server, REAPI_INSTANCE, t);
+    let a = local();
+    let entry = make_action(&a, 11, 100_000);
+    let patient = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
+    push_action(&*patient, &a.store, &entry).await.unwrap();
+    server.kill();
+    let b = local();
+    let started = Instant::now();
+    let err = fetch_action(&*remote, b.store.clone(), entry.key)
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < hang_bound(t),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(err.is_unavailable(), "{err:?}");
+    assert!(
+        heddle_cache::error_chain(&err).contains(&format!("127.0.0.1:{}", server.port)),
+        "{}",
+        heddle_cache::error_chain(&err)
+    );
+    assert!(b.store.lookup_action(&entry.key).unwrap().is_none());
+    let err = push_action(&*remote, &a.store, &entry).await.unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+}
+
+/// A server that accepts connections but never answers (SIGSTOP): a bounded failure that
+/// says the remote is unavailable, not a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_server_is_unavailable_within_the_timeout() {
+    let Some(server) = start_buildgrid(BlobStorage::Memory) else {
+        return;
+    };
+    let t = Timeouts {
+        request: Duration::from_secs(2),
+        idle: Duration::from_secs(2),
+        retries: 3,
+    };
+    let remote = reapi_remote(&server, REAPI_INSTANCE, t);
+    let a = local();
+    let entry = make_action(&a, 12, 100_000);
+    // Pushed with patient timeouts (a loaded machine), fetched with the short ones.
+    let patient = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
+    push_action(&*patient, &a.store, &entry).await.unwrap();
+    server.stop();
+    let b = local();
+    let started = Instant::now();
+    let err = fetch_action(&*remote, b.store.clone(), entry.key)
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < hang_bound(t),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(err.is_unavailable(), "{err:?}");
+    server.resume();
+}
+
+/// Not a performance assertion: prints the throughput of a 100 MB blob up and down against
+/// BuildGrid (in memory), for the record. Run with --ignored --nocapture.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a test; run with --ignored --nocapture"]
+async fn hundred_mb_round_trip_throughput() {
+    let Some(server) = start_buildgrid(BlobStorage::Memory) else {
+        return;
+    };
+    let remote = reapi_remote(&server, REAPI_INSTANCE, Timeouts::default());
+    let dir = tempfile::tempdir().unwrap();
+    let len = 100 * 1000 * 1000;
+    let bytes = pseudo_random(42, len);
+    let digest = Digest::of_bytes(&bytes);
+    let src = dir.path().join("src");
+    std::fs::write(&src, &bytes).unwrap();
+    drop(bytes);
+    let t = Instant::now();
+    upload_blob(&*remote, digest, &src).await.unwrap();
+    let up = t.elapsed();
+    let t = Instant::now();
+    let got = fetch_blob(&*remote, digest, Some(len as u64), &dir.path().join("dest"))
+        .await
+        .unwrap();
+    let down = t.elapsed();
+    assert_eq!(got, Some(len as u64));
+    let mbps = |d: Duration| len as f64 / 1e6 / d.as_secs_f64();
+    eprintln!(
+        "100 MB vs BuildGrid 0.4.4: upload {:.1} s ({:.0} MB/s), download {:.1} s ({:.0} MB/s)",
+        up.as_secs_f64(),
+        mbps(up),
+        down.as_secs_f64(),
+        mbps(down)
+    );
+}
