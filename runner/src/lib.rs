@@ -13,6 +13,7 @@ pub mod exec;
 pub mod explain;
 pub mod host_pool;
 pub mod hostname;
+pub mod hosts;
 pub mod inputs;
 mod join;
 pub mod key;

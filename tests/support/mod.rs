@@ -82,6 +82,8 @@ impl Project {
         let mut c = Command::new(bin());
         c.current_dir(self.root())
             .env("HEDDLE_CACHE_DIR", &self.cache)
+            // The user's own hosts.toml (remote engines) must not place a test's stages.
+            .env("HEDDLE_CONFIG_DIR", self.path(".user-config"))
             .args(args);
         c
     }
@@ -189,4 +191,32 @@ pub fn instance<'a>(record: &'a serde_json::Value, label: &str) -> &'a serde_jso
         .and_then(|all| all.iter().find(|i| i[0] == label))
         .map(|i| &i[1])
         .unwrap_or_else(|| panic!("no instance {label} in the run record:\n{record:#}"))
+}
+
+/// The local engine exposed on 127.0.0.1 over TCP (a byte proxy to its unix socket), as a
+/// remote engine would be: heddle cannot bind-mount there, so the sandbox goes through the
+/// archive API. Returns the `tcp://` address; the proxy lives as long as the test process.
+#[cfg(unix)]
+pub fn engine_over_tcp() -> String {
+    use std::os::unix::net::UnixStream;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for tcp in listener.incoming().flatten() {
+            let Ok(unix) = UnixStream::connect("/var/run/docker.sock") else {
+                continue;
+            };
+            let (mut t2, mut u2) = (tcp.try_clone().unwrap(), unix.try_clone().unwrap());
+            let (mut t1, mut u1) = (tcp, unix);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut t1, &mut u1);
+                let _ = u1.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut u2, &mut t2);
+                let _ = t2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    format!("tcp://{addr}")
 }
