@@ -246,7 +246,7 @@ async fn resolve_images(
         let pull = c.pull.to_string();
         let on = placement.candidates(i.stage);
         if on.is_empty() {
-            wanted.insert((c.docker_host.clone(), image.clone(), pull));
+            wanted.insert((c.docker_host.clone(), image.clone(), pull.clone()));
         }
         for name in on {
             let host = placement
