@@ -51,8 +51,10 @@ impl Context {
 
 #[derive(Debug, thiserror::Error)]
 pub enum PrepareError {
+    /// Boxed: bollard's error carries TLS causes, and every `Result` of a prepare step would
+    /// otherwise be as large as the largest of them.
     #[error("{0}")]
-    Container(#[from] ContainerError),
+    Container(Box<ContainerError>),
     #[error("{0}")]
     Env(#[from] EnvError),
     #[error(transparent)]
@@ -63,7 +65,7 @@ pub enum PrepareError {
         name: String,
         defined_at: String,
         #[source]
-        source: ContainerError,
+        source: Box<ContainerError>,
     },
     #[error("failed to hash {what}: {detail}")]
     Hash { what: String, detail: String },
@@ -80,6 +82,12 @@ pub enum PrepareError {
         second_host: String,
         second_id: String,
     },
+}
+
+impl From<ContainerError> for PrepareError {
+    fn from(e: ContainerError) -> Self {
+        PrepareError::Container(Box::new(e))
+    }
 }
 
 pub struct PrepareOptions {
@@ -277,7 +285,7 @@ async fn resolve_images(
                             Some(h) => PrepareError::HostUnreachable {
                                 name: h.name.clone(),
                                 defined_at: h.defined_at.clone(),
-                                source,
+                                source: Box::new(source),
                             },
                             None => source.into(),
                         })
