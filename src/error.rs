@@ -63,8 +63,9 @@ pub enum Error {
     Record(#[from] heddle_runner::record::RecordError),
     #[error(transparent)]
     StageLib(#[from] heddle_runner::stage_lib::StageLibError),
+    /// Boxed, as large as bollard's error is (it carries TLS causes).
     #[error(transparent)]
-    Engine(#[from] heddle_containers::ContainerError),
+    Engine(Box<heddle_containers::ContainerError>),
     /// The shared cache's configuration (an unknown scheme, a bad mode, an unreadable config).
     #[error(transparent)]
     Remote(#[from] crate::remote_cache::RemoteSetupError),
@@ -129,6 +130,12 @@ impl From<LoadError> for Error {
             LoadError::Read { path, source } => Error::ReadPipeline { path, source },
             LoadError::Usage(m) => Error::Usage(m),
         }
+    }
+}
+
+impl From<heddle_containers::ContainerError> for Error {
+    fn from(e: heddle_containers::ContainerError) -> Self {
+        Error::Engine(Box::new(e))
     }
 }
 

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use heddle_cache::{StatCache, Store};
+use heddle_runner::hosts::{self, Hosts};
 use heddle_runner::model::{self, LoadOptions};
 use heddle_runner::out_lock::OutLock;
 use heddle_runner::plan::{self, Plan};
@@ -122,6 +123,7 @@ impl Session {
             provision_envs: false,
             resolve_images: true,
             strict_images: false,
+            hosts: load_hosts(&plan.pipeline.root)?,
             env_store: None,
         };
         let ctx = prepare(plan.clone(), store, stats.clone(), opts, &|_| {}).await?;
@@ -129,6 +131,13 @@ impl Session {
         let _ = stats.save();
         Ok((plan, ctx))
     }
+}
+
+/// The remote engines the user and the project configured (`hosts.toml`, see
+/// [`heddle_runner::hosts`]); a file with a mistake stops the command (exit 2).
+fn load_hosts(project_root: &Path) -> Result<Hosts, Error> {
+    let files = hosts::config_files(project_root, &|k| std::env::var(k).ok());
+    Ok(hosts::load(&files)?)
 }
 
 /// `$XDG_CACHE_HOME/heddle`, `%LOCALAPPDATA%\heddle` on Windows, else `~/.cache/heddle`.
@@ -220,6 +229,7 @@ pub async fn execute(
             eprintln!("note    {m}");
         }
     };
+    let hosts = load_hosts(&plan.pipeline.root)?;
     let _out_lock = lock_out(&plan, &opts.run_id, &log).await?;
     let ctx = prepare(
         plan.clone(),
@@ -229,6 +239,7 @@ pub async fn execute(
             provision_envs: true,
             resolve_images: true,
             strict_images: true,
+            hosts,
             env_store,
         },
         &log,

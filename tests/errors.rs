@@ -102,3 +102,69 @@ fn an_unwritable_cache_dir_names_the_os_error() {
         )
     );
 }
+
+/// A typo in the project's hosts.toml points at the key, suggests the right one, and stops the
+/// command before anything runs (exit 2).
+#[test]
+fn a_bad_hosts_file_points_at_the_key() {
+    let p = Project::new();
+    p.file("p.toml", PIPELINE).file(
+        ".heddle/hosts.toml",
+        "[hosts.gpubox]\ndocker = \"tcp://127.0.0.1:1\"\npool = { gpu = 1 }\n",
+    );
+    let r = p.heddle(&["run", "p.toml", "--progress", "plain"]).code(2);
+    assert_eq!(
+        r.stderr,
+        format!(
+            "error: unknown key `pool`\n  --> {}:3:1\n  |\n3 | pool = {{ gpu = 1 }}\n  | ^^^^\n  = help: did you mean `pools`?\n",
+            p.path(".heddle/hosts.toml").display()
+        )
+    );
+    assert!(!p.path("out").exists(), "nothing ran");
+}
+
+/// A container stage whose resource no configured host offers fails before anything runs,
+/// naming the resource and what each host offers.
+#[test]
+fn a_resource_no_host_offers_names_it_and_the_hosts() {
+    let p = Project::new();
+    p.file(
+        "p.toml",
+        "[pipeline]\nname = \"e\"\n[resources]\nhailo = 1\n[stages.flash]\nimage = \"heddle-test/busybox:1\"\nresources = { hailo = 1 }\nrun = \"true\"\n",
+    )
+    .file(
+        ".heddle/hosts.toml",
+        "[hosts.gpubox]\ndocker = \"tcp://127.0.0.1:1\"\npools = { gpu = 2 }\n[hosts.bare]\ndocker = \"unix:///nonexistent.sock\"\n",
+    );
+    for cmd in ["run", "plan"] {
+        let r = p.heddle(&[cmd, "p.toml"]).code(2);
+        assert_eq!(
+            r.stderr,
+            "error: stage `flash` asks for hailo = 1, which no configured host offers (hosts: bare offers no pools; gpubox offers gpu = 2)\n",
+            "{cmd}"
+        );
+    }
+}
+
+/// A configured host whose engine does not answer stops the run before any stage starts, named
+/// with where it is defined (exit 2).
+#[test]
+fn an_unreachable_host_is_named_with_its_file_and_line() {
+    let p = Project::new();
+    p.file(
+        "p.toml",
+        "[pipeline]\nname = \"e\"\n[resources]\ngpu = 1\n[stages.train]\nimage = \"heddle-test/busybox:latest\"\nresources = { gpu = 1 }\nrun = \"true\"\n",
+    )
+    .file(
+        ".heddle/hosts.toml",
+        "# the GPU box\n[hosts.gpubox]\ndocker = \"tcp://127.0.0.1:1\"\npools = { gpu = 2 }\n",
+    );
+    let r = p.heddle(&["run", "p.toml", "--progress", "plain"]).code(2);
+    assert_eq!(
+        r.stderr,
+        format!(
+            "error: cannot reach host `gpubox` (defined at {}:2:8)\n  caused by: cannot reach the Docker Engine at tcp://127.0.0.1:1: connection refused — is the daemon running and listening at that address?\n",
+            p.path(".heddle/hosts.toml").display()
+        )
+    );
+}

@@ -1,6 +1,7 @@
 //! The connection to the engine and the operations that are not "run a container".
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use bollard::errors::Error as BollardError;
@@ -20,6 +21,17 @@ pub const MANAGED_LABEL: (&str, &str) = ("heddle.managed", "true");
 /// How long `connect` waits for the engine to answer before calling it unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// bollard's own default for every request on a connection (its `DEFAULT_TIMEOUT`).
+const REQUEST_TIMEOUT_SECS: u64 = 120;
+
+/// Client certificate files for an engine that requires TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
 /// A negotiated connection to one Docker Engine. Cheap to clone (the HTTP client is shared).
 #[derive(Debug, Clone)]
 pub struct Engine {
@@ -34,6 +46,16 @@ impl Engine {
     /// Negotiates the API version down to what the engine speaks (heddle must work with older
     /// engines than bollard targets), which doubles as the ping.
     pub async fn connect(docker_host: Option<&str>) -> Result<Engine, ContainerError> {
+        Engine::connect_with(docker_host, None).await
+    }
+
+    /// Like [`Engine::connect`], with client certificates for a `tcp://` engine that requires
+    /// TLS (`dockerd --tlsverify`): the engine's certificate must chain to `tls.ca`, and heddle
+    /// presents `tls.cert` / `tls.key`.
+    pub async fn connect_with(
+        docker_host: Option<&str>,
+        tls: Option<&TlsFiles>,
+    ) -> Result<Engine, ContainerError> {
         let host = match docker_host {
             Some(h) => h.to_string(),
             None => default_host(),
@@ -43,9 +65,27 @@ impl Engine {
             reason,
             hint,
         };
-        let docker = match docker_host {
-            Some(h) => Docker::connect_with_host(h),
-            None => Docker::connect_with_defaults(),
+        let docker = match (docker_host, tls) {
+            (Some(h), Some(t)) => {
+                for f in [&t.ca, &t.cert, &t.key] {
+                    if !f.is_file() {
+                        return Err(unreachable(
+                            format!("TLS file {} does not exist", f.display()),
+                            "check the host's `tls = { ca, cert, key }` paths",
+                        ));
+                    }
+                }
+                Docker::connect_with_ssl(
+                    h,
+                    &t.key,
+                    &t.cert,
+                    &t.ca,
+                    REQUEST_TIMEOUT_SECS,
+                    bollard::API_DEFAULT_VERSION,
+                )
+            }
+            (Some(h), None) => Docker::connect_with_host(h),
+            (None, _) => Docker::connect_with_defaults(),
         }
         .map_err(|e| match e {
             // bollard checks a unix socket exists before any request.
@@ -55,7 +95,7 @@ impl Engine {
             ),
             e => unreachable(
                 root_cause(&e),
-                "use unix:///path/to/docker.sock, tcp://host:port or npipe:////./pipe/name",
+                "use unix:///path/to/docker.sock, tcp://host:port, ssh://user@host or npipe:////./pipe/name",
             ),
         })?;
         let docker = match tokio::time::timeout(CONNECT_TIMEOUT, docker.negotiate_version()).await {

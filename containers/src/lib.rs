@@ -21,7 +21,7 @@ mod spec;
 pub mod test_images;
 
 pub use archive::Copy;
-pub use engine::{Engine, MANAGED_LABEL};
+pub use engine::{Engine, TlsFiles, MANAGED_LABEL};
 pub use error::{ContainerError, SizeError};
 pub use spec::{
     parse_device, parse_size, ContainerOutcome, ContainerSpec, DeviceMapping, GpuRequest,

@@ -427,6 +427,7 @@ outputs = { a = "a.txt" }
             unresolved: BTreeMap::new(),
             host: Arc::new(crate::exec::host::HostExecutor),
             docker: None,
+            placement: Default::default(),
         }
     }
 

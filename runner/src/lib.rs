@@ -14,6 +14,7 @@ pub mod exec;
 pub mod explain;
 pub mod host_pool;
 pub mod hostname;
+pub mod hosts;
 pub mod inputs;
 pub mod key;
 pub mod lock;

@@ -14,6 +14,7 @@ use heddle_containers::{ContainerError, Engine, ImageIdentity, PullPolicy};
 use crate::exec::docker::DockerExecutor;
 use crate::exec::host::HostExecutor;
 use crate::exec::Executor;
+use crate::hosts::{place, Hosts, Placement, PlacementError};
 use crate::model::Stage;
 use crate::plan::{BoundInput, Plan};
 use crate::pyenv::{self, EnvError, EnvInfo};
@@ -34,6 +35,8 @@ pub struct Context {
     pub unresolved: BTreeMap<String, String>,
     pub host: Arc<dyn Executor>,
     pub docker: Option<Arc<dyn Executor>>,
+    /// Which configured hosts may run each container stage (`hosts.toml`).
+    pub placement: Placement,
 }
 
 impl Context {
@@ -48,10 +51,22 @@ impl Context {
 
 #[derive(Debug, thiserror::Error)]
 pub enum PrepareError {
+    /// Boxed: bollard's error carries TLS causes, and every `Result` of a prepare step would
+    /// otherwise be as large as the largest of them.
     #[error("{0}")]
-    Container(#[from] ContainerError),
+    Container(Box<ContainerError>),
     #[error("{0}")]
     Env(#[from] EnvError),
+    #[error(transparent)]
+    Placement(#[from] PlacementError),
+    /// A configured host whose engine does not answer: named with where it is defined.
+    #[error("cannot reach host `{name}` (defined at {defined_at})")]
+    HostUnreachable {
+        name: String,
+        defined_at: String,
+        #[source]
+        source: Box<ContainerError>,
+    },
     #[error("failed to hash {what}: {detail}")]
     Hash { what: String, detail: String },
     /// Run records and cache keys name an image by its reference, so one reference must mean
@@ -69,6 +84,12 @@ pub enum PrepareError {
     },
 }
 
+impl From<ContainerError> for PrepareError {
+    fn from(e: ContainerError) -> Self {
+        PrepareError::Container(Box::new(e))
+    }
+}
+
 pub struct PrepareOptions {
     /// Build missing python envs (run) or leave them unresolved (plan).
     pub provision_envs: bool,
@@ -78,6 +99,8 @@ pub struct PrepareOptions {
     /// `plan`/`status`/`lock`: never pull, and an image that cannot be resolved is reported
     /// per instance instead (`Context::unresolved`).
     pub strict_images: bool,
+    /// The configured hosts; container stages that ask for resources are placed on them.
+    pub hosts: Hosts,
     /// Where python envs live, when not in `store` (a private cache for `logbook verify
     /// --fresh` still reuses the user's envs: an env is a tool, not a result).
     pub env_store: Option<Arc<Store>>,
@@ -93,8 +116,10 @@ pub async fn prepare(
     let definitions = hash_definitions(&plan, &stats)?;
     let repo_inputs = hash_repo_inputs(&plan, &stats)?;
     let envs = resolve_envs(&plan, &store, &opts, log).await?;
-    let (images, unresolved, docker) = resolve_images(&plan, &opts).await?;
+    let placement = place(&plan.pipeline, &opts.hosts)?;
+    let (images, unresolved, docker) = resolve_images(&plan, &placement, &opts).await?;
     Ok(Context {
+        placement,
         unresolved,
         plan,
         store,
@@ -208,23 +233,36 @@ type ResolvedImages = (
     Option<Arc<dyn Executor>>,
 );
 
-/// Resolve each image reference on its stage's engine (`docker_host`), pulling per its `pull`
-/// policy when strict; one reference must be one image id across engines.
+/// Resolve each image reference on its stage's engine (`docker_host`), or on every host a
+/// placed stage may run on, pulling per its `pull` policy when strict; one reference must be
+/// one image id across engines (so the key, which holds the id, does not depend on which host
+/// an instance lands on).
 async fn resolve_images(
     plan: &Plan,
+    placement: &Placement,
     opts: &PrepareOptions,
 ) -> Result<ResolvedImages, PrepareError> {
     let p = &plan.pipeline;
     let mut images = BTreeMap::new();
     let mut docker = None;
-    let wanted: BTreeSet<(Option<String>, String, String)> = plan
-        .instances
-        .iter()
-        .filter_map(|i| {
-            let c = p.stages[i.stage].container.as_ref()?;
-            Some((c.docker_host.clone(), i.image.clone()?, c.pull.to_string()))
-        })
-        .collect();
+    let mut wanted: BTreeSet<(Option<String>, String, String)> = BTreeSet::new();
+    for i in &plan.instances {
+        let (Some(c), Some(image)) = (p.stages[i.stage].container.as_ref(), i.image.as_ref())
+        else {
+            continue;
+        };
+        let pull = c.pull.to_string();
+        let on = placement.candidates(i.stage);
+        if on.is_empty() {
+            wanted.insert((c.docker_host.clone(), image.clone(), pull.clone()));
+        }
+        for name in on {
+            let host = placement
+                .host(name)
+                .expect("candidates are configured hosts");
+            wanted.insert((Some(host.docker.clone()), image.clone(), pull.clone()));
+        }
+    }
     let mut unresolved = BTreeMap::new();
     if opts.resolve_images && !wanted.is_empty() {
         let mut engines: BTreeMap<Option<String>, Engine> = BTreeMap::new();
@@ -232,7 +270,9 @@ async fn resolve_images(
         let mut resolved_on: BTreeMap<&str, String> = BTreeMap::new();
         for (host, image, pull) in &wanted {
             if !engines.contains_key(host) {
-                match Engine::connect(host.as_deref()).await {
+                let configured = host.as_deref().and_then(|h| opts.hosts.by_address(h));
+                let tls = configured.and_then(|h| h.tls.as_ref());
+                match Engine::connect_with(host.as_deref(), tls).await {
                     Ok(e) => {
                         engines.insert(host.clone(), e);
                     }
@@ -240,7 +280,16 @@ async fn resolve_images(
                         unresolved.insert(image.clone(), e.to_string());
                         continue;
                     }
-                    Err(e) => return Err(e.into()),
+                    Err(source) => {
+                        return Err(match configured {
+                            Some(h) => PrepareError::HostUnreachable {
+                                name: h.name.clone(),
+                                defined_at: h.defined_at.clone(),
+                                source: Box::new(source),
+                            },
+                            None => source.into(),
+                        })
+                    }
                 }
             }
             let policy: PullPolicy = if opts.strict_images {

@@ -30,6 +30,9 @@ pub struct PlanRow {
     /// The outputs the history knows for this key (a hit).
     #[serde(skip)]
     pub outputs: Option<BTreeMap<String, OutputEntry>>,
+    /// The configured hosts a run would place it on (`hosts.toml`), when it would run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
 }
 
 impl PlanRow {
@@ -43,6 +46,7 @@ impl PlanRow {
             key: None,
             parts: None,
             outputs: None,
+            hosts: Vec::new(),
         }
     }
 
@@ -153,6 +157,9 @@ pub fn preview(
         };
         if !keep_parts {
             row.parts = None;
+        }
+        if !row.cached {
+            row.hosts = ctx.placement.candidates(plan.instances[id].stage).to_vec();
         }
         known[id] = k.map(Box::new);
         rows.push(row);

@@ -220,6 +220,10 @@ pub struct InstanceRecord {
     /// The expanded cache key, so a record says exactly what its key was made of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_parts: Option<Value>,
+    /// The `[hosts.NAME]` that ran it (`hosts.toml`); absent for an instance that ran where
+    /// heddle runs or on its stage's own `docker_host`, and in records older than hosts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -46,6 +46,9 @@ fn print_rows(rows: &[PlanRow]) {
             writeln!(out, "cached  {:width$}  (remote)", r.label)
         } else if r.cached {
             writeln!(out, "cached  {:width$}", r.label)
+        } else if !r.hosts.is_empty() {
+            let on = r.hosts.join(" | ");
+            writeln!(out, "run     {:width$}  {}  (on {on})", r.label, r.reason)
         } else {
             writeln!(out, "run     {:width$}  {}", r.label, r.reason)
         };

@@ -2,6 +2,7 @@
 //! outputs belong to the invoking user, symlink outputs reach no host file, devices and limits
 //! arrive, and an engine without a shared filesystem gets the same bytes through the archive API.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 
 use crate::support::fill;
@@ -154,33 +155,6 @@ fn a_container_symlink_output_reaches_no_host_file() {
     p.assert_cache_clean();
 }
 
-/// The local engine exposed on 127.0.0.1 over TCP (a byte proxy to its unix socket), as a
-/// remote engine would be: heddle cannot bind-mount there, so the sandbox goes through the
-/// archive API. Returns the `tcp://` address; the proxy lives as long as the test process.
-fn engine_over_tcp() -> String {
-    use std::os::unix::net::UnixStream;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for tcp in listener.incoming().flatten() {
-            let Ok(unix) = UnixStream::connect("/var/run/docker.sock") else {
-                continue;
-            };
-            let (mut t2, mut u2) = (tcp.try_clone().unwrap(), unix.try_clone().unwrap());
-            let (mut t1, mut u1) = (tcp, unix);
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut t1, &mut u1);
-                let _ = u1.shutdown(std::net::Shutdown::Write);
-            });
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut u2, &mut t2);
-                let _ = t2.shutdown(std::net::Shutdown::Write);
-            });
-        }
-    });
-    format!("tcp://{addr}")
-}
-
 /// A container stage on an engine without a shared filesystem: inputs go in and outputs come
 /// back through the archive API, the container has no bind mount, and the outputs are byte for
 /// byte those of the bind-mount run.
@@ -191,7 +165,7 @@ fn archive_transfer_runs_without_bind_mounts_and_matches_bind() {
     else {
         return;
     };
-    let tcp = engine_over_tcp();
+    let tcp = crate::support::docker::engine_over_tcp();
     let pipeline = |transfer: &str, host: &str| {
         fill(
             include_str!("fixtures/transfer.toml"),
@@ -220,4 +194,101 @@ fn archive_transfer_runs_without_bind_mounts_and_matches_bind() {
     p.file("p.toml", &pipeline("auto", &tcp));
     p.run("p.toml", &["--force", "use"]).ok();
     assert_eq!(p.read("out/xfer/use/mounts.txt").trim(), "0");
+}
+
+/// Two configured hosts, the local engine over its unix socket (`near`, pool `gpu`) and the
+/// same engine over TCP (`far`, pool `hailo`): each stage lands on the host whose pools offer
+/// its resource (container labels and the run record agree), the TCP host gets its sandbox
+/// through the archive API, a stage without resources stays on the default engine, `heddle
+/// plan` says where each would go, and every copy of the input comes back byte for byte.
+#[test]
+fn stages_land_on_the_host_whose_pools_offer_their_resources() {
+    let Some((_d, _gc)) = engine_or_skip("stages_land_on_the_host_whose_pools_offer_their_resources")
+    else {
+        return;
+    };
+    let tcp = crate::support::docker::engine_over_tcp();
+    let p = Project::new();
+    p.file(
+        ".heddle/hosts.toml",
+        &format!(
+            "[hosts.near]\ndocker = \"unix:///var/run/docker.sock\"\npools = {{ gpu = 1 }}\n\n\
+             [hosts.far]\ndocker = \"{tcp}\"\npools = {{ hailo = 1 }}\n"
+        ),
+    );
+    let stage = |name: &str, resources: &str| {
+        format!(
+            r#"
+[stages.{name}]
+image = "{BUSYBOX}"
+{resources}
+inputs = {{ blob = "make.blob" }}
+run = "(grep -c ' /heddle/' /proc/mounts || true) > {{{{ out.mounts }}}}; cat {{{{ in.blob }}}} > {{{{ out.copy }}}}"
+outputs = {{ mounts = "mounts.txt", copy = "copy.bin" }}
+"#
+        )
+    };
+    p.file(
+        "p.toml",
+        &format!(
+            r#"
+[pipeline]
+name = "placed"
+[resources]
+gpu = 1
+hailo = 1
+[stages.make]
+run = "head -c 200000 /dev/urandom > {{{{ out.blob }}}}"
+outputs = {{ blob = "blob.bin" }}
+{}{}{}"#,
+            stage("train", "resources = { gpu = 1 }"),
+            stage("flash", "resources = { hailo = 1 }"),
+            stage("plain", ""),
+        ),
+    );
+    let plan = p.heddle(&["plan", "p.toml"]).ok();
+    let line = |label: &str| {
+        plan.stdout
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(label))
+            .unwrap_or_else(|| panic!("no {label} in\n{}", plan.stdout))
+            .to_string()
+    };
+    assert!(line("train").ends_with("(on near)"), "{}", plan.stdout);
+    assert!(line("flash").ends_with("(on far)"), "{}", plan.stdout);
+    assert!(!line("plain").contains("(on "), "{}", plan.stdout);
+
+    let creates = crate::events::Creates::watch();
+    p.run("p.toml", &[]).ok();
+    let record = p.last_record();
+    let run = crate::support::records::run_id(&record);
+    let labels: BTreeMap<String, BTreeMap<String, String>> = creates
+        .finish()
+        .into_iter()
+        .filter(|a| a.get("heddle.run") == Some(&run))
+        .map(|a| (a["heddle.instance"].clone(), a))
+        .collect();
+    assert_eq!(labels.len(), 3, "{labels:#?}");
+    let placed = |i: &str| labels[i].get("heddle.placed-on").map(String::as_str);
+    assert_eq!(placed("train"), Some("near"));
+    assert_eq!(placed("flash"), Some("far"));
+    assert_eq!(placed("plain"), None);
+    assert_eq!(labels["flash"]["heddle.engine"], tcp);
+    assert_eq!(labels["flash"]["heddle.transfer"], "archive");
+    assert_eq!(labels["train"]["heddle.transfer"], "bind");
+    assert_eq!(instance(&record, "train")["host"], "near");
+    assert_eq!(instance(&record, "flash")["host"], "far");
+    assert!(instance(&record, "plain").get("host").is_none());
+
+    assert_eq!(
+        p.read("out/placed/flash/mounts.txt").trim(),
+        "0",
+        "no bind mount"
+    );
+    assert_ne!(p.read("out/placed/train/mounts.txt").trim(), "0");
+    let blob = std::fs::read(p.path("out/placed/make/blob.bin")).unwrap();
+    for stage in ["train", "flash", "plain"] {
+        let copy = std::fs::read(p.path(&format!("out/placed/{stage}/copy.bin"))).unwrap();
+        assert!(copy == blob, "{stage}: the copy differs from the input");
+    }
 }

@@ -58,3 +58,31 @@ fn quiet(args: &[&str]) -> bool {
         .status()
         .is_ok_and(|s| s.success())
 }
+
+/// The local engine exposed on 127.0.0.1 over TCP (a byte proxy to its unix socket), as a
+/// remote engine would be: heddle cannot bind-mount there, so the sandbox goes through the
+/// archive API. Returns the `tcp://` address; the proxy lives as long as the test process.
+#[cfg(unix)]
+pub fn engine_over_tcp() -> String {
+    use std::os::unix::net::UnixStream;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for tcp in listener.incoming().flatten() {
+            let Ok(unix) = UnixStream::connect("/var/run/docker.sock") else {
+                continue;
+            };
+            let (mut t2, mut u2) = (tcp.try_clone().unwrap(), unix.try_clone().unwrap());
+            let (mut t1, mut u1) = (tcp, unix);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut t1, &mut u1);
+                let _ = u1.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut u2, &mut t2);
+                let _ = t2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    format!("tcp://{addr}")
+}

@@ -121,6 +121,8 @@ impl Project {
         let mut c = Command::new(bin());
         c.current_dir(self.root())
             .env("HEDDLE_CACHE_DIR", &self.cache)
+            // The user's own hosts.toml (remote engines) must not place a test's stages.
+            .env("HEDDLE_CONFIG_DIR", self.path(".user-config"))
             .args(args);
         c
     }

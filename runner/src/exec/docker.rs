@@ -19,7 +19,8 @@ use heddle_containers::{
 };
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::{Cancel, ContainerRequest, ExecError, ExecOutcome, ExecRequest, Executor};
+use super::{Cancel, ContainerRequest, ExecError, ExecOutcome, ExecRequest, Executor, Transfer};
+use crate::hosts::Host;
 use crate::model::ContainerOpts;
 use crate::render::{Command, PathLayout};
 use crate::spec::GpuSpec;
@@ -69,7 +70,19 @@ impl ContainerRequest {
             workdir: c.workdir.clone(),
             docker_host: c.docker_host.clone(),
             transfer: c.transfer,
+            placed_on: None,
         }
+    }
+
+    /// Run on configured host `host` instead: its engine, and its `transfer` unless the stage
+    /// chose one.
+    pub fn on_host(mut self, host: &Host) -> ContainerRequest {
+        self.docker_host = Some(host.docker.clone());
+        if self.transfer == Transfer::Auto {
+            self.transfer = host.transfer;
+        }
+        self.placed_on = Some(host.name.clone());
+        self
     }
 }
 
@@ -149,7 +162,7 @@ impl Executor for DockerExecutor {
             }
             // `heddle.pid` and `heddle.host` say which process owns the container, so a
             // cleanup can tell a crashed run's leftovers from a live run's containers.
-            let labels = BTreeMap::from([
+            let mut labels = BTreeMap::from([
                 ("heddle.run".to_string(), req.run_id.clone()),
                 ("heddle.instance".to_string(), req.label.clone()),
                 ("heddle.pid".to_string(), std::process::id().to_string()),
@@ -163,6 +176,11 @@ impl Executor for DockerExecutor {
                     if archive { "archive" } else { "bind" }.to_string(),
                 ),
             ]);
+            // The `[hosts.NAME]` it was placed on (`heddle.host` is taken: it names the machine
+            // heddle runs on, which `heddle gc` needs to tell a live owner from a dead one).
+            if let Some(name) = &c.placed_on {
+                labels.insert("heddle.placed-on".to_string(), name.clone());
+            }
             let spec = ContainerSpec {
                 image: c.image_id.clone(),
                 cmd,
@@ -323,6 +341,37 @@ mod tests {
             assert_eq!(mode("work"), 0o777);
             assert_ne!(mode("in"), 0o777, "inputs stay as they are");
         }
+    }
+
+    #[test]
+    fn a_placed_request_takes_the_hosts_engine_and_transfer_unless_the_stage_chose() {
+        let host = Host {
+            name: "far".into(),
+            docker: "tcp://127.0.0.1:2375".into(),
+            tls: None,
+            pools: BTreeMap::new(),
+            transfer: Transfer::Archive,
+            defined_at: "hosts.toml:1:8".into(),
+        };
+        let req = |transfer| ContainerRequest {
+            image_id: "sha256:x".into(),
+            gpus: GpuRequest::None,
+            devices: vec![],
+            network: NetworkMode::None,
+            shm_size: None,
+            memory: None,
+            cpus: None,
+            user: None,
+            workdir: None,
+            docker_host: None,
+            transfer,
+            placed_on: None,
+        };
+        let placed = req(Transfer::Auto).on_host(&host);
+        assert_eq!(placed.docker_host.as_deref(), Some("tcp://127.0.0.1:2375"));
+        assert_eq!(placed.placed_on.as_deref(), Some("far"));
+        assert_eq!(placed.transfer, Transfer::Archive);
+        assert_eq!(req(Transfer::Bind).on_host(&host).transfer, Transfer::Bind);
     }
 
     #[test]

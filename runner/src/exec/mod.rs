@@ -63,6 +63,8 @@ pub struct ContainerRequest {
     pub workdir: Option<String>,
     pub docker_host: Option<String>,
     pub transfer: Transfer,
+    /// The configured host (`hosts.toml`) the instance was placed on, if any.
+    pub placed_on: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -133,12 +133,14 @@ fn request(
         stderr_log.to_string_lossy().into_owned(),
     ]);
     let container = match (&stage.container, &inst.image) {
-        (Some(c), Some(image)) => Some(ContainerRequest::for_instance(
-            &ctx.images,
-            c,
-            image,
-            inst.gpus.as_ref(),
-        )),
+        (Some(c), Some(image)) => {
+            let req = ContainerRequest::for_instance(&ctx.images, c, image, inst.gpus.as_ref());
+            // Placed: on the configured host whose units it holds.
+            match record.host.as_deref().and_then(|h| ctx.placement.host(h)) {
+                Some(host) => Some(req.on_host(host)),
+                None => Some(req),
+            }
+        }
         _ => None,
     };
     ExecRequest {

@@ -19,6 +19,7 @@ use crate::record::{ErrorClass, InstanceRecord, StatusRecord};
 use super::attempt::attempt_once;
 use super::commit::Commit;
 use super::outcome::{conclude, empty_record, heddle_error, interrupted_before_start};
+use super::placed;
 use super::{blocking, now_ms, Event, Shared};
 
 /// One instance, start to end.
@@ -43,10 +44,12 @@ pub(super) async fn process(
         }
     }
     record.reason = why_it_runs(sh, id, &parts).await.to_string();
-    let _held = match hold_resources(sh, id).await {
+    let held = match hold_resources(sh, id).await {
         Ok(held) => held,
         Err(status) => return conclude(sh, id, record, status),
     };
+    // The attempt reads it to run on that host's engine.
+    record.host = held.host.clone();
     let key_lock = if cacheable {
         let lock = match single_flight(sh, id, &key).await {
             Ok(lock) => lock,
@@ -170,10 +173,14 @@ async fn why_it_runs(sh: &Shared, id: usize, parts: &KeyParts) -> Reason {
     explain_with(parts, earlier)
 }
 
-/// What a running instance holds until it ends: resource units, host-wide units, a job slot.
+/// What a running instance holds until it ends: resource units, host-wide units, the units
+/// of the configured host it was placed on, a job slot.
 struct Held<'a> {
     _permits: Vec<SemaphorePermit<'a>>,
     _host_units: Vec<HostUnits>,
+    _placed: Vec<SemaphorePermit<'a>>,
+    /// The configured host it runs on, for a placed stage.
+    host: Option<String>,
     _job: SemaphorePermit<'a>,
 }
 
@@ -201,6 +208,16 @@ async fn hold_resources(sh: &Shared, id: usize) -> Result<Held<'_>, StatusRecord
             }
         }
     }
+    let candidates = sh.ctx.placement.candidates(inst.stage);
+    let (host, placed) = if candidates.is_empty() {
+        (None, Vec::new())
+    } else {
+        let wants = &plan.stage_of(id).resources;
+        tokio::select! {
+            (h, p) = placed::take_on_some_host(&sh.host_units, candidates, wants) => (Some(h), p),
+            _ = sh.cancel.graceful.cancelled() => return Err(stopped()),
+        }
+    };
     let job = tokio::select! {
         p = sh.jobs.acquire() => p.expect("jobs open"),
         _ = sh.cancel.graceful.cancelled() => return Err(stopped()),
@@ -208,6 +225,8 @@ async fn hold_resources(sh: &Shared, id: usize) -> Result<Held<'_>, StatusRecord
     Ok(Held {
         _permits: permits,
         _host_units: host_units,
+        _placed: placed,
+        host,
         _job: job,
     })
 }

@@ -15,6 +15,7 @@ mod attempt;
 mod commit;
 mod instance;
 mod outcome;
+mod placed;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -72,6 +73,8 @@ struct Shared {
     opts: RunOptions,
     jobs: Semaphore,
     pools: BTreeMap<String, Semaphore>,
+    /// The configured hosts' pools, per host ([`placed`]).
+    host_units: placed::HostUnits,
     cancel: Cancel,
     events: UnboundedSender<Event>,
     started: Instant,
@@ -130,6 +133,7 @@ impl Shared {
                 .iter()
                 .map(|(k, v)| (k.clone(), Semaphore::new(*v as usize)))
                 .collect(),
+            host_units: placed::host_units(&ctx.placement),
             jobs: Semaphore::new(opts.jobs.max(1)),
             cancel: Cancel::default(),
             events,

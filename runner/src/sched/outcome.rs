@@ -36,6 +36,7 @@ pub(super) fn empty_record(stage: &Stage) -> InstanceRecord {
         logs: None,
         key_parts: None,
         facts: None,
+        host: None,
     }
 }
 

@@ -1,0 +1,102 @@
+//! A placed instance's units on the host that runs it ([`crate::hosts`]): each host's pools
+//! are its own capacity, so `gpu = 2` on two hosts runs four GPU instances at once.
+//!
+//! The instance waits on every candidate host at the same time and takes the first whose
+//! units are all free; the waits it drops release whatever they had taken (tokio's semaphore
+//! permits are returned on drop, and a dropped `acquire` leaves the queue). Within one host the
+//! pools are taken in name order, as the run's own pools are, so two waiters cannot deadlock.
+
+use std::collections::BTreeMap;
+
+use futures_util::future::{select_all, BoxFuture, FutureExt};
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+use crate::hosts::Placement;
+
+/// One semaphore per (host, pool) the configured hosts offer.
+pub(super) type HostUnits = BTreeMap<(String, String), Semaphore>;
+
+pub(super) fn host_units(placement: &Placement) -> HostUnits {
+    placement
+        .hosts()
+        .flat_map(|h| {
+            h.pools
+                .iter()
+                .map(|(pool, n)| ((h.name.clone(), pool.clone()), Semaphore::new(*n as usize)))
+        })
+        .collect()
+}
+
+/// Wait until one of `candidates` has all of `wants` free; take them there. Returns the host
+/// and its permits (held until the instance ends).
+pub(super) async fn take_on_some_host<'a>(
+    units: &'a HostUnits,
+    candidates: &'a [String],
+    wants: &'a BTreeMap<String, u32>,
+) -> (String, Vec<SemaphorePermit<'a>>) {
+    let waits: Vec<BoxFuture<'a, (String, Vec<SemaphorePermit<'a>>)>> = candidates
+        .iter()
+        .map(|host| {
+            async move {
+                let mut permits = Vec::new();
+                for (pool, n) in wants {
+                    let sem = &units[&(host.clone(), pool.clone())];
+                    permits.push(sem.acquire_many(*n).await.expect("host pool open"));
+                }
+                (host.clone(), permits)
+            }
+            .boxed()
+        })
+        .collect();
+    select_all(waits).await.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn units(spec: &[(&str, &str, usize)]) -> HostUnits {
+        spec.iter()
+            .map(|(h, p, n)| ((h.to_string(), p.to_string()), Semaphore::new(*n)))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn units_are_taken_per_host_and_a_full_host_is_passed_over() {
+        let units = units(&[("a", "gpu", 1), ("b", "gpu", 1)]);
+        let hosts = vec!["a".to_string(), "b".to_string()];
+        let wants = BTreeMap::from([("gpu".to_string(), 1)]);
+        let (first, _p1) = take_on_some_host(&units, &hosts, &wants).await;
+        assert_eq!(first, "a");
+        let (second, p2) = take_on_some_host(&units, &hosts, &wants).await;
+        assert_eq!(second, "b", "a is full");
+        drop(p2);
+        let (again, _p3) = take_on_some_host(&units, &hosts, &wants).await;
+        assert_eq!(again, "b");
+        assert_eq!(units[&("a".into(), "gpu".into())].available_permits(), 0);
+    }
+
+    #[tokio::test]
+    async fn what_a_losing_host_had_taken_is_given_back() {
+        let units = units(&[
+            ("a", "gpu", 1),
+            ("a", "hailo", 1),
+            ("b", "gpu", 1),
+            ("b", "hailo", 1),
+        ]);
+        let busy = units[&("a".into(), "hailo".into())]
+            .acquire()
+            .await
+            .unwrap();
+        let hosts = vec!["a".to_string(), "b".to_string()];
+        let wants = BTreeMap::from([("gpu".to_string(), 1), ("hailo".to_string(), 1)]);
+        let (on, _held) = take_on_some_host(&units, &hosts, &wants).await;
+        assert_eq!(on, "b");
+        assert_eq!(
+            units[&("a".into(), "gpu".into())].available_permits(),
+            1,
+            "a's gpu, taken while waiting for a's hailo, is free again"
+        );
+        drop(busy);
+    }
+}
