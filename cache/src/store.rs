@@ -627,7 +627,9 @@ impl Store {
                 // A regular file's lstat is its stat: no second stat for the stat cache.
                 meta.is_file()
                     && (!cfg!(unix) || fsutil::is_executable(&meta) == *executable)
-                    && stats.hash_with_meta(dest, &meta).is_ok_and(|d| d == *digest)
+                    && stats
+                        .hash_with_meta(dest, &meta)
+                        .is_ok_and(|d| d == *digest)
             }
             OutputEntry::Dir { digest, .. } => {
                 meta.is_dir() && stats.hash_dir(dest).is_ok_and(|d| d == *digest)

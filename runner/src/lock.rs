@@ -424,7 +424,7 @@ mod tests {
                 .collect(),
         };
         let text = lock.to_toml().unwrap();
-        assert!(text.len() > 3 * 256 * 1024, "{}", text.len());
+        assert!(text.len() > 2 * 256 * 1024, "{}", text.len());
         assert!(!same_bytes(&path, text.as_bytes()), "no file yet");
         lock.write(&path).unwrap();
         assert!(same_bytes(&path, text.as_bytes()));
