@@ -133,7 +133,13 @@ impl StatCache {
         self.hash_with_meta(path, &meta)
     }
 
-    fn hash_with_meta(&self, path: &Path, meta: &fs::Metadata) -> Result<Digest, CacheError> {
+    /// [`StatCache::hash`] with the file's stat already taken (of the file itself, not of a
+    /// symlink to it).
+    pub(crate) fn hash_with_meta(
+        &self,
+        path: &Path,
+        meta: &fs::Metadata,
+    ) -> Result<Digest, CacheError> {
         let stamp = FileStamp::of(meta);
         if let Some(r) = self.map.lock().expect("stat cache poisoned").get(path) {
             if r.stamp.unchanged(&stamp) && r.trusted() {

@@ -3,7 +3,7 @@
 //! the scheduler and the preview, and read by the key ([`crate::key`]) and the sandbox
 //! ([`crate::sandbox`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 
 use heddle_cache::{Digest, OutputEntry};
@@ -119,13 +119,17 @@ pub fn cause_of(s: &StatusRecord) -> Cause {
 }
 
 /// Whether gathered member `m` succeeded: [`crate::render::render`] lists only their files.
-pub fn member_ok_fn(inputs: &BTreeMap<String, Resolved>) -> impl Fn(usize) -> bool + '_ {
-    move |m| {
-        inputs.values().any(|r| match r {
-            Resolved::Gather { members, .. } => members
-                .iter()
-                .any(|mb| mb.id == m && mb.status.status == Status::Ok),
-            _ => false,
+/// The successful members are collected once: render asks about every member of a gather, and
+/// a scan per question made rendering a gather of N members cost N².
+pub fn member_ok_fn(inputs: &BTreeMap<String, Resolved>) -> impl Fn(usize) -> bool {
+    let ok: HashSet<usize> = inputs
+        .values()
+        .flat_map(|r| match r {
+            Resolved::Gather { members, .. } => members.as_slice(),
+            _ => &[],
         })
-    }
+        .filter(|mb| mb.status.status == Status::Ok)
+        .map(|mb| mb.id)
+        .collect();
+    move |m| ok.contains(&m)
 }

@@ -2,7 +2,7 @@
 //! instance's cache key, output hashes, image id and env identity, with the expanded key so
 //! `heddle status` can say what changed and why without the cache.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use heddle_cache::{Digest, OutputEntry};
@@ -68,6 +68,30 @@ pub enum LockError {
     },
 }
 
+/// Whether the file at `path` holds exactly `bytes`, read in pieces: the lock of a large
+/// matrix is tens of megabytes, and a copy of it in memory only to compare was fresh pages the
+/// kernel had to zero.
+fn same_bytes(path: &Path, bytes: &[u8]) -> bool {
+    use std::io::Read;
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return false;
+    };
+    if f.metadata().map(|m| m.len()).ok() != Some(bytes.len() as u64) {
+        return false;
+    }
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut rest = bytes;
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => return rest.is_empty(),
+            Ok(n) if n <= rest.len() && buf[..n] == rest[..n] => rest = &rest[n..],
+            Ok(_) => return false,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
+    }
+}
+
 /// `pipelines/x.toml` → `pipelines/x.lock`.
 pub fn lock_path(pipeline_file: &Path) -> PathBuf {
     pipeline_file.with_extension("lock")
@@ -122,7 +146,7 @@ impl LockFile {
             source,
         };
         // A no-op run produces the same lock: leave the file (and its mtime) alone.
-        if std::fs::read(path).is_ok_and(|old| old == text.as_bytes()) {
+        if same_bytes(path, text.as_bytes()) {
             return Ok(Digest::of_bytes(text.as_bytes()));
         }
         std::fs::write(&tmp, &text).map_err(err)?;
@@ -190,13 +214,32 @@ impl LockFile {
         }
     }
 
-    pub fn get(&self, label: &str) -> Option<&LockedInstance> {
-        self.instances.iter().find(|i| i.label == label)
+    /// The lock indexed by label, to look instances up one by one (`heddle status`).
+    pub fn index(&self) -> LockIndex<'_> {
+        let mut by_label = HashMap::with_capacity(self.instances.len());
+        for i in &self.instances {
+            // A hand-edited lock may name a label twice: the first one counts.
+            by_label.entry(i.label.as_str()).or_insert(i);
+        }
+        LockIndex { by_label }
+    }
+}
+
+/// A [`LockFile`] indexed by label. A preview asks about every instance, so a scan of the
+/// locked instances per lookup made `heddle status` quadratic in the matrix size.
+pub struct LockIndex<'a> {
+    by_label: HashMap<&'a str, &'a LockedInstance>,
+}
+
+impl<'a> LockIndex<'a> {
+    /// The locked instance labelled `label` (the first, if the file names it twice).
+    pub fn get(&self, label: &str) -> Option<&'a LockedInstance> {
+        self.by_label.get(label).copied()
     }
 }
 
 /// A lock file as history: an instance is unchanged when its key equals the locked one.
-impl History for LockFile {
+impl History for LockIndex<'_> {
     fn lookup(
         &self,
         label: &str,
@@ -300,5 +343,127 @@ mod tests {
         assert!(text.contains("[[instance]]"), "{text}");
         let back: LockFile = toml::from_str(&text).unwrap();
         assert_eq!(back, lock);
+    }
+
+    fn locked(label: &str, key: &Digest, status: &str) -> LockedInstance {
+        LockedInstance {
+            label: label.into(),
+            stage: "m".into(),
+            cache_key: key.to_string(),
+            status: status.into(),
+            error: (status != "ok").then(|| "ExitCode: exit 1".into()),
+            cause: None,
+            env: None,
+            image: None,
+            outputs: [(
+                "o".to_string(),
+                OutputEntry::File {
+                    digest: Digest::of_bytes(label.as_bytes()),
+                    size: 1,
+                    executable: false,
+                },
+            )]
+            .into(),
+            key: None,
+        }
+    }
+
+    fn key_of(i: usize) -> Digest {
+        Digest::of_bytes(format!("key {i}").as_bytes())
+    }
+
+    /// Every instance of a large lock is found by its label, with its own entry, and answers
+    /// as history exactly as its key and status say.
+    #[test]
+    fn every_instance_of_a_large_lock_is_found_by_label() {
+        let n = 20_000;
+        let lock = LockFile {
+            version: LOCK_VERSION,
+            pipeline: "p".into(),
+            params: BTreeMap::new(),
+            instances: (0..n)
+                .map(|i| {
+                    let status = if i % 1000 == 7 { "failed" } else { "ok" };
+                    locked(&format!("m[i={i}]"), &key_of(i), status)
+                })
+                .collect(),
+        };
+        let index = lock.index();
+        for i in 0..n {
+            let label = format!("m[i={i}]");
+            let got = index.get(&label).expect("indexed");
+            assert_eq!(got.label, label);
+            assert_eq!(got.cache_key, key_of(i).to_string());
+            let hit = index.lookup(&label, "p/m", &key_of(i));
+            let failure = index.recorded_failure(&label, &key_of(i));
+            if i % 1000 == 7 {
+                assert!(hit.is_none(), "{label}: a failed instance is no hit");
+                assert_eq!(failure.expect("recorded").label, label);
+            } else {
+                assert_eq!(hit.as_ref(), Some(&got.outputs), "{label}");
+                assert!(failure.is_none(), "{label}");
+            }
+            // Another instance's key is a miss for this one.
+            assert!(index.lookup(&label, "p/m", &key_of(i + 1)).is_none());
+        }
+        assert!(index.get("m[i=20000]").is_none());
+        assert!(index.lookup("m", "p/m", &key_of(0)).is_none());
+    }
+
+    #[test]
+    fn a_lock_is_rewritten_only_when_its_bytes_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.lock");
+        let mut lock = LockFile {
+            version: LOCK_VERSION,
+            pipeline: "p".into(),
+            params: BTreeMap::new(),
+            // Large enough to be compared in several pieces.
+            instances: (0..2000)
+                .map(|i| locked(&format!("m[i={i}]"), &key_of(i), "ok"))
+                .collect(),
+        };
+        let text = lock.to_toml().unwrap();
+        assert!(text.len() > 2 * 256 * 1024, "{}", text.len());
+        assert!(!same_bytes(&path, text.as_bytes()), "no file yet");
+        lock.write(&path).unwrap();
+        assert!(same_bytes(&path, text.as_bytes()));
+        let stamp = |p: &Path| std::fs::metadata(p).unwrap().modified().unwrap();
+        let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        lock.write(&path).unwrap();
+        assert_eq!(stamp(&path), old, "an unchanged lock is left alone");
+        // The same length, one byte different near the end: rewritten.
+        lock.instances[1999].cache_key = key_of(5000).to_string();
+        let changed = lock.to_toml().unwrap();
+        assert_eq!(changed.len(), text.len());
+        assert!(!same_bytes(&path, changed.as_bytes()));
+        lock.write(&path).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), changed);
+        assert!(!same_bytes(&path, &changed.as_bytes()[..changed.len() - 1]));
+    }
+
+    /// A hand-edited lock that names a label twice answers with the first, as the scan did.
+    #[test]
+    fn a_label_locked_twice_answers_with_the_first() {
+        let lock = LockFile {
+            version: LOCK_VERSION,
+            pipeline: "p".into(),
+            params: BTreeMap::new(),
+            instances: vec![
+                locked("a", &key_of(1), "ok"),
+                locked("b", &key_of(2), "ok"),
+                locked("a", &key_of(3), "ok"),
+            ],
+        };
+        let index = lock.index();
+        assert_eq!(index.get("a").unwrap().cache_key, key_of(1).to_string());
+        assert!(index.lookup("a", "p/a", &key_of(1)).is_some());
+        assert!(index.lookup("a", "p/a", &key_of(3)).is_none());
     }
 }

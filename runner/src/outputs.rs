@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use heddle_cache::{error_chain, ActionEntry, CacheError, Digest, OutputEntry, StatCache, Store};
+use heddle_cache::{error_chain, CacheError, Digest, OutputEntry, StatCache, Store};
 
 use crate::names::path_segment;
 use crate::plan::Plan;
@@ -40,7 +40,7 @@ pub fn relative_paths(root: &Path, paths: BTreeMap<String, String>) -> BTreeMap<
         .collect()
 }
 
-/// A cache hit: the action recorded under `key` with its outputs materialised in `dir`
+/// A cache hit: the outputs of the action recorded under `key`, materialised in `dir`
 /// (`files`: output name → file name), or `None` when there is none or it cannot be restored.
 pub fn restore(
     store: &Store,
@@ -48,10 +48,10 @@ pub fn restore(
     key: &Digest,
     dir: &Path,
     files: &BTreeMap<String, String>,
-) -> Option<(ActionEntry, BTreeMap<String, String>)> {
-    let entry = store.lookup_action(key).ok().flatten()?;
+) -> Option<Collected> {
+    let outputs = store.lookup_outputs(key).ok().flatten()?;
     let mut paths = BTreeMap::new();
-    for (name, out) in &entry.outputs {
+    for (name, out) in &outputs {
         let file = files.get(name)?;
         let dest = dir.join(file);
         if !store.is_materialized(out, &dest, stats) {
@@ -61,7 +61,7 @@ pub fn restore(
         }
         paths.insert(name.clone(), dest.to_string_lossy().into_owned());
     }
-    Some((entry, paths))
+    Some((outputs, paths))
 }
 
 /// Take every declared output (`files`: name → file name) from `sandbox/out/<name>/<file>` into

@@ -105,11 +105,7 @@ impl History for CacheHistory<'_> {
         _family: &str,
         key: &Digest,
     ) -> Option<BTreeMap<String, OutputEntry>> {
-        self.store
-            .lookup_action(key)
-            .ok()
-            .flatten()
-            .map(|e| e.outputs)
+        self.store.lookup_outputs(key).ok().flatten()
     }
     fn explain(&self, _label: &str, family: &str, parts: &KeyParts) -> Reason {
         let mut fams = self.families.lock().expect("families");

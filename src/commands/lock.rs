@@ -57,7 +57,7 @@ pub async fn status(s: &Session, a: &StatusArgs) -> Result<i32, Error> {
     let (plan, ctx) = s.prepared(&a.p).await?;
     let path = lock::lock_path(&plan.pipeline.file);
     let lockfile = LockFile::read(&path).map_err(Error::NoLock)?;
-    let rows = sched::preview(&ctx, &RunOptions::default(), &lockfile, false);
+    let rows = sched::preview(&ctx, &RunOptions::default(), &lockfile.index(), false);
     let labels: BTreeSet<&str> = rows.iter().map(|r| r.label.as_str()).collect();
     let removed: Vec<&str> = lockfile
         .instances

@@ -2,7 +2,7 @@
 //! into place only after the blobs it names are durable. The family index lists every key
 //! recorded for a family, so a miss can be explained against earlier entries.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -27,23 +27,51 @@ impl Store {
         Ok(Some(entry))
     }
 
+    /// [`Store::lookup_action`] for a hit that needs only the outputs (a run's cache hit, a
+    /// preview): the same entries are hits, but the rest of the entry is skipped, not decoded.
+    /// Decoding the expanded key of every hit only to drop it was a visible share of a no-op run.
+    pub fn lookup_outputs(
+        &self,
+        key: &Digest,
+    ) -> Result<Option<BTreeMap<String, OutputEntry>>, CacheError> {
+        let Some(bytes) = self.read_action_bytes(key)? else {
+            return Ok(None);
+        };
+        let Some(head) = serde_json::from_slice::<ActionOutputs>(&bytes)
+            .ok()
+            .filter(|e| e.key == *key)
+        else {
+            return Ok(None);
+        };
+        for out in head.outputs.values() {
+            if !self.output_servable(out)? {
+                return Ok(None);
+            }
+        }
+        Ok(Some(head.outputs))
+    }
+
     /// Read an action entry without checking its blobs.
     pub(crate) fn read_action(&self, key: &Digest) -> Result<Option<ActionEntry>, CacheError> {
-        let p = self.action_path(key);
-        let bytes = match fs::read(&p) {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => {
-                return Err(CacheError::Io {
-                    op: "read",
-                    path: p,
-                    source: e,
-                })
-            }
+        let Some(bytes) = self.read_action_bytes(key)? else {
+            return Ok(None);
         };
         Ok(serde_json::from_slice::<ActionEntry>(&bytes)
             .ok()
             .filter(|e| e.key == *key))
+    }
+
+    fn read_action_bytes(&self, key: &Digest) -> Result<Option<Vec<u8>>, CacheError> {
+        let p = self.action_path(key);
+        match fs::read(&p) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(CacheError::Io {
+                op: "read",
+                path: p,
+                source: e,
+            }),
+        }
     }
 
     fn output_servable(&self, out: &OutputEntry) -> Result<bool, CacheError> {
@@ -185,4 +213,22 @@ impl Store {
         });
         Ok(out)
     }
+}
+
+/// An [`ActionEntry`] read for its outputs: every other field must be there, as for a full
+/// read, but is skipped unread.
+#[derive(serde::Deserialize)]
+struct ActionOutputs {
+    key: Digest,
+    outputs: BTreeMap<String, OutputEntry>,
+    #[serde(rename = "family")]
+    _family: serde::de::IgnoredAny,
+    #[serde(rename = "key_parts")]
+    _key_parts: serde::de::IgnoredAny,
+    #[serde(rename = "duration_ms")]
+    _duration_ms: serde::de::IgnoredAny,
+    #[serde(rename = "created_unix_ms")]
+    _created_unix_ms: serde::de::IgnoredAny,
+    #[serde(rename = "meta")]
+    _meta: serde::de::IgnoredAny,
 }

@@ -256,7 +256,10 @@ impl Store {
             } => {
                 meta.is_file()
                     && (!cfg!(unix) || fsutil::is_executable(&meta) == *executable)
-                    && stats.hash(dest).is_ok_and(|d| d == *digest)
+                    // A regular file's lstat is its stat: no second stat for the stat cache.
+                    && stats
+                        .hash_with_meta(dest, &meta)
+                        .is_ok_and(|d| d == *digest)
             }
             OutputEntry::Dir { digest, .. } => {
                 meta.is_dir() && stats.hash_dir(dest).is_ok_and(|d| d == *digest)

@@ -119,3 +119,39 @@ fn lookups_are_cheap() {
     // Generous: debug build, loaded CI machine.
     assert!(el < std::time::Duration::from_secs(2), "{el:?}");
 }
+
+/// A hit read for its outputs alone is a hit exactly when the whole entry is: a torn entry, an
+/// entry under another key, one missing a field and one whose blob is gone are misses both ways.
+#[test]
+fn outputs_only_lookup_agrees_with_the_full_lookup() {
+    let (dir, s) = store();
+    let f = dir.path().join("f");
+    fs::write(&f, big(100_000, 4)).unwrap();
+    let out = s.put_output(&f).unwrap();
+    let a = action("k", "fam", &[("o", out.clone())], 1, 1);
+    let agree = |want_hit: bool| {
+        let full = s.lookup_action(&a.key).unwrap();
+        let outputs = s.lookup_outputs(&a.key).unwrap();
+        assert_eq!(full.is_some(), want_hit);
+        assert_eq!(full.map(|e| e.outputs), outputs);
+    };
+    agree(false);
+    s.record_action(&a).unwrap();
+    agree(true);
+    assert_eq!(s.lookup_outputs(&a.key).unwrap().unwrap()["o"], out);
+    let p = s.action_path(&a.key);
+    let json = fs::read(&p).unwrap();
+    fs::write(&p, &json[..json.len() / 2]).unwrap();
+    agree(false);
+    let mut v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    v.as_object_mut().unwrap().remove("family");
+    fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
+    agree(false);
+    let other = action("other", "fam", &[("o", out.clone())], 1, 1);
+    fs::write(&p, serde_json::to_vec(&other).unwrap()).unwrap();
+    agree(false);
+    fs::write(&p, &json).unwrap();
+    agree(true);
+    crate::fsutil::remove_any(&s.blob_path(&out.digest())).unwrap();
+    agree(false);
+}

@@ -57,22 +57,25 @@ pub(super) async fn attempt_once(
         exit_code,
         stderr_tail: tail(),
     };
-    // A host stage sees its inputs as hard links to blobs: a write through one (as root the
-    // read-only mode does not stop it) must fail this stage and every stage that held the
-    // blob, before any of them stores a result.
-    let (store, ins) = (sh.ctx.store.clone(), inputs.clone());
-    if let Err(e) = blocking(move || check_inputs(&store, &ins)).await {
-        return Err(failed(inst, failure(ErrorClass::InputModified, e, None)));
-    }
-    let collected = collect_outputs(sh, id, sandbox).await;
+    let collected = check_and_collect(sh, id, inputs, sandbox).await;
     tracing::debug!(label = %inst.label, ms = t_collect.elapsed().as_secs_f64() * 1e3, "collected");
     match collected {
         Ok((outs, paths)) => {
             record.output_paths = relative_paths(&sh.ctx.plan.pipeline.root, paths);
             Ok(outs)
         }
-        Err((class, msg)) => Err(failed(inst, failure(class, msg, Some(0)))),
+        Err(Checked::InputModified(e)) => {
+            Err(failed(inst, failure(ErrorClass::InputModified, e, None)))
+        }
+        Err(Checked::Output(class, msg)) => Err(failed(inst, failure(class, msg, Some(0)))),
     }
+}
+
+/// Why [`check_and_collect`] failed: an input was written through, or an output is missing or
+/// unsafe.
+enum Checked {
+    InputModified(String),
+    Output(ErrorClass, String),
 }
 
 /// Where the stage may name its own failure (`$HEDDLE_ERROR_FILE`).
@@ -93,17 +96,15 @@ async fn open_sandbox(
 ) -> Result<Sandbox, String> {
     let in_names: Vec<String> = inputs.keys().cloned().collect();
     let out_names: Vec<String> = sh.ctx.plan.stage_of(id).outputs.keys().cloned().collect();
-    let pool = sh.sandboxes.clone();
-    let sandbox = blocking(move || pool.acquire(&in_names, &out_names)).await?;
-    let (store, ins, sb) = (
-        sh.ctx.store.clone(),
-        inputs.clone(),
-        sandbox.path().to_path_buf(),
-    );
-    blocking(move || lay_out(&store, &sb, &ins))
-        .await
-        .map_err(|e| format!("failed to lay out inputs: {e}"))?;
-    Ok(sandbox)
+    let (pool, store, ins) = (sh.sandboxes.clone(), sh.ctx.store.clone(), inputs.clone());
+    // One trip to the blocking pool for both: each hand-off is two thread switches per stage.
+    blocking(move || {
+        let sandbox = pool.acquire(&in_names, &out_names)?;
+        lay_out(&store, sandbox.path(), &ins)
+            .map_err(|e| format!("failed to lay out inputs: {e}"))?;
+        Ok(sandbox)
+    })
+    .await
 }
 
 /// The execution request: the command rendered for the executor's layout, its environment,
@@ -228,18 +229,27 @@ fn read_facts(sh: &Shared, id: usize, facts_file: &Path, record: &mut InstanceRe
     }
 }
 
-/// Store the declared outputs and materialise them; the sandbox goes back to its pool after.
-async fn collect_outputs(
+/// Check that no input was written through its link, then store the declared outputs and
+/// materialise them, in one trip to the blocking pool; the sandbox goes back to its pool after.
+async fn check_and_collect(
     sh: &Shared,
     id: usize,
+    inputs: &BTreeMap<String, Resolved>,
     sandbox: Sandbox,
-) -> Result<crate::outputs::Collected, (ErrorClass, String)> {
+) -> Result<crate::outputs::Collected, Checked> {
     let plan = &sh.ctx.plan;
-    let (store, stats) = (sh.ctx.store.clone(), sh.ctx.stats.clone());
+    let (store, stats, ins) = (sh.ctx.store.clone(), sh.ctx.stats.clone(), inputs.clone());
     let files = plan.stage_of(id).outputs.clone();
     let dir = output_dir(plan, &plan.instances[id].label);
-    let sb = sandbox.path().to_path_buf();
-    let collected = blocking(move || collect(&store, &stats, &sb, &dir, &files)).await;
-    drop(sandbox);
-    collected
+    blocking(move || {
+        // A host stage sees its inputs as hard links to blobs: a write through one (as root the
+        // read-only mode does not stop it) must fail this stage and every stage that held the
+        // blob, before any of them stores a result.
+        check_inputs(&store, &ins).map_err(Checked::InputModified)?;
+        let collected = collect(&store, &stats, sandbox.path(), &dir, &files)
+            .map_err(|(class, msg)| Checked::Output(class, msg));
+        drop(sandbox);
+        collected
+    })
+    .await
 }

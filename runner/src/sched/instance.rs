@@ -43,6 +43,24 @@ pub(super) async fn process(
             return serve_hit(sh, id, record, hit);
         }
     }
+    // Boxed: a task's future is allocated whole when it is spawned, and every ready instance
+    // is spawned at once (a whole matrix, in a no-op run), though most end in the hit above.
+    Box::pin(miss(sh, id, inputs, parts, key, record, t0)).await
+}
+
+/// An instance the cache could not serve: why it runs, its resources, single flight, the
+/// attempts, and storing the result.
+async fn miss(
+    sh: &Arc<Shared>,
+    id: usize,
+    inputs: BTreeMap<String, Resolved>,
+    parts: KeyParts,
+    key: Digest,
+    mut record: InstanceRecord,
+    t0: Duration,
+) -> InstanceRecord {
+    let stage = sh.ctx.plan.stage_of(id);
+    let cacheable = sh.opts.may_use_cache(stage);
     record.reason = why_it_runs(sh, id, &parts).await.to_string();
     let held = match hold_resources(sh, id).await {
         Ok(held) => held,
@@ -129,17 +147,17 @@ async fn find_remote_hit(sh: &Shared, id: usize, key: &Digest) -> Option<Hit> {
     find_hit(sh, id, key)
 }
 
-/// The action found and where its outputs were materialised.
-type Hit = (ActionEntry, BTreeMap<String, String>);
+/// The outputs found and where they were materialised.
+type Hit = crate::outputs::Collected;
 
 /// End the instance as served from the cache.
 fn serve_hit(sh: &Shared, id: usize, mut record: InstanceRecord, hit: Hit) -> InstanceRecord {
     let plan = &sh.ctx.plan;
     let inst = &plan.instances[id];
-    let (entry, paths) = hit;
+    let (outputs, paths) = hit;
     record.cached = true;
     record.reason = "cached".into();
-    record.outputs = entry.outputs;
+    record.outputs = outputs;
     record.output_paths = relative_paths(&plan.pipeline.root, paths);
     record.end_ms = sh.started.elapsed().as_millis() as u64;
     let status = StatusRecord::ok(&inst.label, inst.matrix.to_btree());
