@@ -203,7 +203,8 @@ fn archive_transfer_runs_without_bind_mounts_and_matches_bind() {
 /// plan` says where each would go, and every copy of the input comes back byte for byte.
 #[test]
 fn stages_land_on_the_host_whose_pools_offer_their_resources() {
-    let Some((_d, _gc)) = engine_or_skip("stages_land_on_the_host_whose_pools_offer_their_resources")
+    let Some((_d, _gc)) =
+        engine_or_skip("stages_land_on_the_host_whose_pools_offer_their_resources")
     else {
         return;
     };

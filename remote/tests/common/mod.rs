@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 use heddle_cache::{ActionEntry, Digest, OutputEntry, Store};
 use heddle_remote::{
     fetch_action, push_action, FetchReport, OpendalCache, ReapiCache, RemoteBackend, RemoteError,
-    RemoteUrl,
-    S3Settings, Timeouts,
+    RemoteUrl, S3Settings, Timeouts,
 };
 
 /// The workspace root, whether this file is compiled into heddle-remote's tests or (through
