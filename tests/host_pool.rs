@@ -12,11 +12,10 @@ use support::process::{wait_ended, wait_for};
 use support::Project;
 
 fn device_project(name: &str, sleep: &str) -> Project {
-    let p = Project::with_pipeline(&fill(
+    Project::with_pipeline(&fill(
         include_str!("fixtures/host_pool/device.toml"),
         &[("NAME", name), ("SLEEP", sleep)],
-    ));
-    p
+    ))
 }
 
 fn spawn_run(p: &Project, locks: &std::path::Path) -> Child {
