@@ -35,7 +35,7 @@
 //!   bytes; every backend makes a write visible whole or not at all), and an action entry is
 //!   last-writer-wins between writers of the same action.
 //! - Memory stays flat in blob size: blobs move in 1–8 MiB chunks, S3 uploads are multipart
-//!   (8 MiB parts, 2 in flight), S3 downloads ranged reads of 4 MiB, 2 in flight, and WebDAV
+//!   (8 MiB parts, 2 in flight), S3 downloads one streamed GET, and WebDAV
 //!   uploads one streamed PUT to a temp name then a MOVE (webdav_upload.rs; OpenDAL's own
 //!   WebDAV writer would buffer the whole blob).
 //!
