@@ -40,7 +40,6 @@ async fn corrupt_blob_is_never_served() {
 /// retry layer now re-sends the failed request. Passed once with the retry layer; not yet run
 /// the 5 times in a row that unignoring it needs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "passes with the retry layer in 1 run of 1; unignore after 5 runs in a row pass; run with --ignored"]
 async fn concurrent_writers_of_one_key() {
     let Some(server) = start_moto() else { return };
     case_concurrent_writers(|| s3_remote(&server, "w", short_timeouts())).await;
@@ -104,7 +103,6 @@ const RSS_LIMIT_KB: u64 = 100 * 1000;
 /// binary re-run on [`rss_child`]) whose peak RSS (VmHWM) is read at the end: the transfer
 /// must not hold the blob in memory.
 #[test]
-#[ignore = "fails today: peak RSS 176 MB against the 100 MB target (parallel 8 MiB reads and multipart parts); run with --ignored"]
 fn one_gib_round_trip_in_flat_memory() {
     let Some(server) = start_moto() else { return };
     let dir = tempfile::tempdir().unwrap();
