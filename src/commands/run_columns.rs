@@ -81,10 +81,7 @@ mod tests {
             b: Some(json!("bbbbbbbbbb")),
         };
         let all: Vec<ParamChange> = ["p1", "p2", "p3", "p4"].map(c).to_vec();
-        assert_eq!(
-            changed_text(&all),
-            "p1=aaaaaaaaaa→bbbbbbbbbb, p2=aaaaaaaaaa→bbbbbbbbbb +2 more"
-        );
+        assert_eq!(changed_text(&all), "p1=aaaaaaaaaa→bbbbbbbbbb +3 more");
         assert_eq!(changed_text(&all[..1]), "p1=aaaaaaaaaa→bbbbbbbbbb");
         assert_eq!(changed_text(&[]), "");
     }
