@@ -175,7 +175,9 @@ fn foreign_model_from_an_empty_folder() {
             "images",
             "model.onnx",
             "out",
-            "pipelines"
+            "pipelines",
+            // the JSON Schemas the pipeline's `#:schema` line names, written by `heddle init`
+            "schemas"
         ]
     );
     // the scaffolded pipeline and the lock file the run wrote
