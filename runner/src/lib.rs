@@ -34,7 +34,8 @@ pub mod sandbox;
 pub mod sched;
 pub mod shared_cache;
 pub mod spec;
-pub mod spec_schema;
+/// The JSON Schemas of the pipeline and definition files (lives under `spec`, whose types it reads).
+pub use spec::schema as spec_schema;
 pub mod stage_lib;
 pub mod template;
 pub mod vecmap;

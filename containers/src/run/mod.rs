@@ -162,7 +162,7 @@ impl Container<'_> {
                 let code = code?;
                 // The OOM flag needs an inspect; a clean exit cannot have been OOM-killed, so
                 // the common path skips the round trip.
-                if code != 0 && self.oom_killed().await? {
+                if code != 0 && self.oom_killed(code).await? {
                     ContainerOutcome::OomKilled { code }
                 } else {
                     ContainerOutcome::Exited { code }
@@ -212,16 +212,28 @@ impl Container<'_> {
         }
     }
 
-    async fn oom_killed(&self) -> Result<bool, ContainerError> {
-        let inspect = self
-            .docker
-            .inspect_container(self.id, None::<InspectContainerOptions>)
-            .await
-            .map_err(|source| ContainerError::Inspect {
-                container: self.display.clone(),
-                source,
-            })?;
-        Ok(inspect.state.and_then(|s| s.oom_killed).unwrap_or(false))
+    /// Whether the engine marked the container OOM-killed. The daemon sets the flag when the
+    /// runtime's OOM event arrives, which under load can come after the exit itself: a SIGKILL
+    /// exit (137) is asked again for up to a second before it is called a plain exit.
+    async fn oom_killed(&self, code: i64) -> Result<bool, ContainerError> {
+        let tries = if code == 137 { 10 } else { 1 };
+        for attempt in 0..tries {
+            if attempt > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            let inspect = self
+                .docker
+                .inspect_container(self.id, None::<InspectContainerOptions>)
+                .await
+                .map_err(|source| ContainerError::Inspect {
+                    container: self.display.clone(),
+                    source,
+                })?;
+            if inspect.state.and_then(|s| s.oom_killed).unwrap_or(false) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// `docker stop`: SIGTERM, SIGKILL after `grace`. Failures are logged, not returned: the

@@ -11,7 +11,7 @@ use toml::Spanned;
 
 use super::{Host, Hosts};
 use crate::diag::{did_you_mean, Diagnostic, Diagnostics, Source};
-use crate::exec::Transfer;
+use crate::model::Transfer;
 
 /// Where the docs say what each key means; every help line points there.
 const DOCS: &str = "docs/scale-out.md";

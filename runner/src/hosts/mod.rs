@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use heddle_containers::TlsFiles;
 
-use crate::exec::Transfer;
+use crate::model::Transfer;
 
 pub use file::{config_files, load};
 pub use place::{place, Placement, PlacementError};

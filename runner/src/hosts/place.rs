@@ -109,7 +109,7 @@ fn list(pools: &BTreeMap<String, u32>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::Transfer;
+    use crate::model::Transfer;
 
     fn host(name: &str, pools: &[(&str, u32)]) -> Host {
         Host {

@@ -287,3 +287,19 @@ fn defaults_reject_keys_that_are_not_inherited() {
         ]
     );
 }
+
+/// The names the JSON Schema offers are the ones the model parses (the schema is generated
+/// from the spec types, which hold these as plain strings).
+#[test]
+fn named_values_are_the_ones_model_parses() {
+    use crate::spec_schema::{NETWORK_NAMES, PARAM_TYPE_NAMES, PULL_NAMES};
+    for n in PARAM_TYPE_NAMES {
+        assert!(ParamType::parse(n).is_some(), "{n}");
+    }
+    for n in NETWORK_NAMES {
+        assert!(Network::parse(n).is_some(), "{n}");
+    }
+    for n in PULL_NAMES {
+        assert!(n.parse::<PullPolicy>().is_ok(), "{n}");
+    }
+}

@@ -19,7 +19,9 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::diag::{Diagnostic, Source};
-use crate::spec_schema::{
+pub mod schema;
+
+use schema::{
     AnyValue, DefaultsTable, DefinitionStage, MatrixValue, NetworkName, ParamTypeName,
     PipelineStage, PoolValue, PullPolicyName, TransferName,
 };
