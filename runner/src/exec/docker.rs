@@ -101,140 +101,175 @@ impl Executor for DockerExecutor {
         lines: UnboundedSender<String>,
         cancel: Cancel,
     ) -> BoxFuture<'a, Result<ExecOutcome, ExecError>> {
-        Box::pin(async move {
-            let c = req
-                .container
-                .as_ref()
-                .ok_or_else(|| ExecError::Other(format!("{}: no container settings", req.label)))?;
-            let engine = self.engines.get(&c.docker_host).ok_or_else(|| {
-                ExecError::Other(format!(
-                    "{}: no engine connected for {:?}",
-                    req.label, c.docker_host
-                ))
-            })?;
-            let cmd = match &req.command {
-                Command::Shell(s) => vec!["/bin/sh".into(), "-c".into(), s.clone()],
-                Command::Exec(v) => v.clone(),
-            };
-            let archive = c.transfer.uses_archive(c.docker_host.as_deref());
-            let mut mounts = vec![
-                Mount {
-                    host: req.sandbox.join("in"),
-                    container: "/heddle/in".into(),
-                    read_only: true,
-                },
-                Mount {
-                    host: req.sandbox.join("out"),
-                    container: "/heddle/out".into(),
-                    read_only: false,
-                },
-                Mount {
-                    host: req.sandbox.join("work"),
-                    container: "/heddle/work".into(),
-                    read_only: false,
-                },
-            ];
-            if let Some(d) = &req.stage_dir {
-                mounts.push(Mount {
-                    host: d.clone(),
-                    container: "/heddle/stage".into(),
-                    read_only: true,
-                });
+        Box::pin(self.run(req, lines, cancel))
+    }
+}
+
+impl DockerExecutor {
+    /// Run instance `req` in a container on its engine until it exits, times out or is
+    /// cancelled.
+    async fn run(
+        &self,
+        req: ExecRequest,
+        lines: UnboundedSender<String>,
+        cancel: Cancel,
+    ) -> Result<ExecOutcome, ExecError> {
+        let c = req
+            .container
+            .as_ref()
+            .ok_or_else(|| ExecError::Other(format!("{}: no container settings", req.label)))?;
+        let engine = self.engines.get(&c.docker_host).ok_or_else(|| {
+            ExecError::Other(format!(
+                "{}: no engine connected for {:?}",
+                req.label, c.docker_host
+            ))
+        })?;
+        let spec = container_spec(&req, c);
+        mount_sources(&req.sandbox, c.user.is_some()).map_err(|e| {
+            ExecError::Other(format!("failed to prepare {}: {e}", req.sandbox.display()))
+        })?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<heddle_containers::LogLine>();
+        let fwd = tokio::spawn(async move {
+            while let Some(l) = rx.recv().await {
+                let _ = lines.send(l.line);
             }
-            // Without a shared filesystem the same folders travel through the archive API:
-            // all of them in before the start, the writable ones back after the exit.
-            let (mounts, copy_in, copy_out) = if archive {
-                let copy = |m: &Mount| heddle_containers::Copy {
-                    host: m.host.clone(),
-                    container: m.container.clone(),
-                };
-                let copy_out = mounts.iter().filter(|m| !m.read_only).map(copy).collect();
-                (Vec::new(), mounts.iter().map(copy).collect(), copy_out)
-            } else {
-                (mounts, Vec::new(), Vec::new())
-            };
-            let mut env = req.env.clone();
-            if let Some(f) = env.get_mut("HEDDLE_ERROR_FILE") {
-                *f = "/heddle/work/.heddle-error.json".into();
+        });
+        let outcome = tokio::select! {
+            outcome = engine.run(&spec, Some(tx), cancel.graceful.clone()) => outcome,
+            // A second Ctrl-C: drop the graceful stop (its drop guard starts a removal) and
+            // force-remove this run's containers now, so they are gone before heddle exits.
+            _ = cancel.force.cancelled() => {
+                remove_run(engine, &req.run_id).await?;
+                Ok(ContainerOutcome::Cancelled)
             }
-            if let Some(f) = env.get_mut("HEDDLE_FACTS_FILE") {
-                *f = "/heddle/work/.heddle-facts.json".into();
-            }
-            // `heddle.pid` and `heddle.host` say which process owns the container, so a
-            // cleanup can tell a crashed run's leftovers from a live run's containers.
-            let mut labels = BTreeMap::from([
-                ("heddle.run".to_string(), req.run_id.clone()),
-                ("heddle.instance".to_string(), req.label.clone()),
-                ("heddle.pid".to_string(), std::process::id().to_string()),
-                ("heddle.host".to_string(), crate::hostname::hostname()),
-                (
-                    "heddle.engine".to_string(),
-                    c.docker_host.clone().unwrap_or_else(|| "default".into()),
-                ),
-                (
-                    "heddle.transfer".to_string(),
-                    if archive { "archive" } else { "bind" }.to_string(),
-                ),
-            ]);
-            // The `[hosts.NAME]` it was placed on (`heddle.host` is taken: it names the machine
-            // heddle runs on, which `heddle gc` needs to tell a live owner from a dead one).
-            if let Some(name) = &c.placed_on {
-                labels.insert("heddle.placed-on".to_string(), name.clone());
-            }
-            let spec = ContainerSpec {
-                image: c.image_id.clone(),
-                cmd,
-                env,
-                mounts,
-                copy_in,
-                copy_out,
-                workdir: Some(c.workdir.clone().unwrap_or_else(|| "/heddle/work".into())),
-                user: Some(c.user.clone().unwrap_or_else(invoking_user)),
-                gpus: c.gpus.clone(),
-                devices: c.devices.clone(),
-                network: c.network,
-                shm_size: c.shm_size,
-                memory: c.memory,
-                cpus: c.cpus,
-                labels,
-                timeout: req.timeout,
-                stop_grace: GRACE,
-                stdout_log: req.stdout_log.clone(),
-                stderr_log: req.stderr_log.clone(),
-                name: None,
-            };
-            mount_sources(&req.sandbox, c.user.is_some()).map_err(|e| {
-                ExecError::Other(format!("failed to prepare {}: {e}", req.sandbox.display()))
-            })?;
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<heddle_containers::LogLine>();
-            let fwd = tokio::spawn(async move {
-                while let Some(l) = rx.recv().await {
-                    let _ = lines.send(l.line);
-                }
-            });
-            let outcome = tokio::select! {
-                outcome = engine.run(&spec, Some(tx), cancel.graceful.clone()) => outcome,
-                // A second Ctrl-C: drop the graceful stop (its drop guard starts a removal) and
-                // force-remove this run's containers now, so they are gone before heddle exits.
-                _ = cancel.force.cancelled() => {
-                    remove_run(engine, &req.run_id).await?;
-                    Ok(ContainerOutcome::Cancelled)
-                }
-            };
-            let _ = fwd.await;
-            // The status record keeps one line: give it the engine's reason, not only the
-            // headline ("failed to create a container from image …").
-            let outcome = outcome.map_err(|e| ExecError::Other(with_causes(&e)))?;
-            Ok(match outcome {
-                ContainerOutcome::Exited { code } => ExecOutcome::Exited(code),
-                ContainerOutcome::OomKilled { code } => ExecOutcome::OomKilled(code),
-                ContainerOutcome::TimedOut => {
-                    ExecOutcome::TimedOut(req.timeout.unwrap_or_default())
-                }
-                ContainerOutcome::Cancelled => ExecOutcome::Cancelled,
-            })
+        };
+        let _ = fwd.await;
+        // The status record keeps one line: give it the engine's reason, not only the
+        // headline ("failed to create a container from image …").
+        let outcome = outcome.map_err(|e| ExecError::Other(with_causes(&e)))?;
+        Ok(match outcome {
+            ContainerOutcome::Exited { code } => ExecOutcome::Exited(code),
+            ContainerOutcome::OomKilled { code } => ExecOutcome::OomKilled(code),
+            ContainerOutcome::TimedOut => ExecOutcome::TimedOut(req.timeout.unwrap_or_default()),
+            ContainerOutcome::Cancelled => ExecOutcome::Cancelled,
         })
     }
+}
+
+/// What the engine is asked to run for instance `req` with container settings `c`.
+fn container_spec(req: &ExecRequest, c: &ContainerRequest) -> ContainerSpec {
+    let cmd = match &req.command {
+        Command::Shell(s) => vec!["/bin/sh".into(), "-c".into(), s.clone()],
+        Command::Exec(v) => v.clone(),
+    };
+    let archive = c.transfer.uses_archive(c.docker_host.as_deref());
+    let SandboxMounts {
+        mounts,
+        copy_in,
+        copy_out,
+    } = SandboxMounts::for_request(req, archive);
+    let mut env = req.env.clone();
+    if let Some(f) = env.get_mut("HEDDLE_ERROR_FILE") {
+        *f = "/heddle/work/.heddle-error.json".into();
+    }
+    if let Some(f) = env.get_mut("HEDDLE_FACTS_FILE") {
+        *f = "/heddle/work/.heddle-facts.json".into();
+    }
+    ContainerSpec {
+        image: c.image_id.clone(),
+        cmd,
+        env,
+        mounts,
+        copy_in,
+        copy_out,
+        workdir: Some(c.workdir.clone().unwrap_or_else(|| "/heddle/work".into())),
+        user: Some(c.user.clone().unwrap_or_else(invoking_user)),
+        gpus: c.gpus.clone(),
+        devices: c.devices.clone(),
+        network: c.network,
+        shm_size: c.shm_size,
+        memory: c.memory,
+        cpus: c.cpus,
+        labels: container_labels(req, c, archive),
+        timeout: req.timeout,
+        stop_grace: GRACE,
+        stdout_log: req.stdout_log.clone(),
+        stderr_log: req.stderr_log.clone(),
+        name: None,
+    }
+}
+
+/// How the sandbox's folders reach the container.
+struct SandboxMounts {
+    mounts: Vec<Mount>,
+    copy_in: Vec<heddle_containers::Copy>,
+    copy_out: Vec<heddle_containers::Copy>,
+}
+
+impl SandboxMounts {
+    /// The sandbox's folders as bind mounts, or (`archive`: no shared filesystem) as the same
+    /// folders travelling through the archive API: all of them in before the start, the
+    /// writable ones back after the exit.
+    fn for_request(req: &ExecRequest, archive: bool) -> SandboxMounts {
+        let mount = |dir: &str, read_only| Mount {
+            host: req.sandbox.join(dir),
+            container: format!("/heddle/{dir}"),
+            read_only,
+        };
+        let mut mounts = vec![mount("in", true), mount("out", false), mount("work", false)];
+        if let Some(d) = &req.stage_dir {
+            mounts.push(Mount {
+                host: d.clone(),
+                container: "/heddle/stage".into(),
+                read_only: true,
+            });
+        }
+        if !archive {
+            return SandboxMounts {
+                mounts,
+                copy_in: Vec::new(),
+                copy_out: Vec::new(),
+            };
+        }
+        let copy = |m: &Mount| heddle_containers::Copy {
+            host: m.host.clone(),
+            container: m.container.clone(),
+        };
+        SandboxMounts {
+            copy_in: mounts.iter().map(copy).collect(),
+            copy_out: mounts.iter().filter(|m| !m.read_only).map(copy).collect(),
+            mounts: Vec::new(),
+        }
+    }
+}
+
+/// `heddle.pid` and `heddle.host` say which process owns the container, so a cleanup can tell
+/// a crashed run's leftovers from a live run's containers.
+fn container_labels(
+    req: &ExecRequest,
+    c: &ContainerRequest,
+    archive: bool,
+) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::from([
+        ("heddle.run".to_string(), req.run_id.clone()),
+        ("heddle.instance".to_string(), req.label.clone()),
+        ("heddle.pid".to_string(), std::process::id().to_string()),
+        ("heddle.host".to_string(), crate::hostname::hostname()),
+        (
+            "heddle.engine".to_string(),
+            c.docker_host.clone().unwrap_or_else(|| "default".into()),
+        ),
+        (
+            "heddle.transfer".to_string(),
+            if archive { "archive" } else { "bind" }.to_string(),
+        ),
+    ]);
+    // The `[hosts.NAME]` it was placed on (`heddle.host` is taken: it names the machine heddle
+    // runs on, which `heddle gc` needs to tell a live owner from a dead one).
+    if let Some(name) = &c.placed_on {
+        labels.insert("heddle.placed-on".to_string(), name.clone());
+    }
+    labels
 }
 
 /// Force-remove every container of run `run_id` and wait until the engine lists none: a
