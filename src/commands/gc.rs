@@ -33,7 +33,7 @@ pub async fn gc(a: &GcArgs) -> Result<i32, Error> {
                 && labels
                     .get("heddle.pid")
                     .and_then(|p| p.parse::<u32>().ok())
-                    .is_some_and(pid_alive)
+                    .is_some_and(heddle_runner::liveness::pid_alive)
         })
         .await?;
     println!(
@@ -41,26 +41,4 @@ pub async fn gc(a: &GcArgs) -> Result<i32, Error> {
         if n == 1 { "" } else { "s" }
     );
     Ok(EXIT_OK)
-}
-
-/// Whether a process with this pid exists (and is not a zombie) on this host.
-fn pid_alive(pid: u32) -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Ok(stat) => !stat
-                .rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z'),
-            Err(_) => false,
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        // Without /proc, assume alive: sparing a leftover beats killing a live run.
-        let _ = pid;
-        true
-    }
 }

@@ -6,18 +6,12 @@ use std::path::Path;
 use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
-/// A process is alive when /proc has it and it is not a zombie (this machine's PID 1 does not
-/// reap orphans, so a killed orphan lingers as a zombie).
+/// Whether process `pid` (as a pid file holds it) lives: heddle's own check, which counts a
+/// zombie as dead (this machine's PID 1 does not reap orphans).
 pub fn alive(pid: &str) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
+    pid.trim()
+        .parse()
+        .is_ok_and(heddle_runner::liveness::pid_alive)
 }
 
 /// kill(2) with `sig` to `pid`.
