@@ -88,29 +88,11 @@ impl Template {
 
     /// Render for a shell: every variable's value is shell-quoted, gathered lists become
     /// space-separated quoted words.
-    pub fn render_shell<F>(&self, mut lookup: F) -> Result<String, TemplateError>
+    pub fn render_shell<F>(&self, lookup: F) -> Result<String, TemplateError>
     where
         F: FnMut(&[String]) -> Result<Rendered, String>,
     {
-        let mut out = String::new();
-        for seg in &self.segments {
-            match seg {
-                Segment::Lit(s) => out.push_str(s),
-                Segment::Var { path, offset } => {
-                    match lookup(path).map_err(|message| TemplateError {
-                        offset: *offset,
-                        message,
-                    })? {
-                        Rendered::One(v) => out.push_str(&quote(&v)),
-                        Rendered::Many(vs) => {
-                            let q: Vec<Cow<str>> = vs.iter().map(|v| quote(v)).collect();
-                            out.push_str(&q.join(" "));
-                        }
-                    }
-                }
-            }
-        }
-        Ok(out)
+        self.render_words(lookup, quote)
     }
 
     /// Render one exec-form argument: raw values. An argument that is exactly one gathered
@@ -132,7 +114,20 @@ impl Template {
     }
 
     /// Render without quoting (for `with` values); lists join with spaces.
-    pub fn render_plain<F>(&self, mut lookup: F) -> Result<String, TemplateError>
+    pub fn render_plain<F>(&self, lookup: F) -> Result<String, TemplateError>
+    where
+        F: FnMut(&[String]) -> Result<Rendered, String>,
+    {
+        self.render_words(lookup, verbatim)
+    }
+
+    /// Render with each value passed through `word`; a gathered list becomes its members'
+    /// words joined by spaces.
+    fn render_words<F>(
+        &self,
+        mut lookup: F,
+        word: for<'v> fn(&'v str) -> Cow<'v, str>,
+    ) -> Result<String, TemplateError>
     where
         F: FnMut(&[String]) -> Result<Rendered, String>,
     {
@@ -145,14 +140,22 @@ impl Template {
                         offset: *offset,
                         message,
                     })? {
-                        Rendered::One(v) => out.push_str(&v),
-                        Rendered::Many(vs) => out.push_str(&vs.join(" ")),
+                        Rendered::One(v) => out.push_str(&word(&v)),
+                        Rendered::Many(vs) => {
+                            let words: Vec<Cow<str>> = vs.iter().map(|v| word(v)).collect();
+                            out.push_str(&words.join(" "));
+                        }
                     }
                 }
             }
         }
         Ok(out)
     }
+}
+
+/// A value as it is (for [`Template::render_plain`]).
+fn verbatim(s: &str) -> Cow<'_, str> {
+    Cow::Borrowed(s)
 }
 
 /// `sh` quoting; on Windows a shell-form command runs through `cmd.exe`, which reads `"…"`.
