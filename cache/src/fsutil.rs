@@ -184,6 +184,18 @@ pub(crate) fn reset_blob_mtime(path: &Path) -> io::Result<()> {
     }
 }
 
+/// Create `path`, which must not exist, holding `bytes`; the open file is returned for what the
+/// caller does next (fsync, stamp).
+pub(crate) fn create_with(path: &Path, bytes: &[u8]) -> Result<fs::File, CacheError> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(CacheError::io("create", path))?;
+    f.write_all(bytes).map_err(CacheError::io("write", path))?;
+    Ok(f)
+}
+
 /// Write `bytes` to `dest` atomically: a temp file in `tmp_dir`, optionally fsynced, renamed
 /// into place. A reader sees the old content or the new, never a torn file (short of a power
 /// loss without `durable`).
@@ -194,13 +206,7 @@ pub(crate) fn write_atomic(
     durable: bool,
 ) -> Result<(), CacheError> {
     let tmp = TempPath::new(tmp_dir.join(unique_name("w-")));
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(tmp.path())
-        .map_err(CacheError::io("create", tmp.path()))?;
-    f.write_all(bytes)
-        .map_err(CacheError::io("write", tmp.path()))?;
+    let f = create_with(tmp.path(), bytes)?;
     if durable {
         f.sync_all().map_err(CacheError::io("fsync", tmp.path()))?;
     }

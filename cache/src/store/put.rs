@@ -4,12 +4,12 @@
 
 use std::collections::BTreeSet;
 use std::fs::{self, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use super::{BlobState, Durability, Store};
 use crate::digest::{hash_reader, SMALL_FILE};
-use crate::fsutil::{self, blob_mtime, set_readonly, unique_name, TempPath};
+use crate::fsutil::{self, blob_mtime, create_with, set_readonly, unique_name, TempPath};
 use crate::tree::{check_tree, encode_tree, scan_tree};
 use crate::{CacheError, Digest, OutputEntry};
 
@@ -184,13 +184,7 @@ impl Store {
     /// Store bytes as a blob named `digest` (the caller computed it).
     pub(crate) fn write_blob_bytes(&self, digest: &Digest, bytes: &[u8]) -> Result<(), CacheError> {
         let tmp = TempPath::new(self.tmp.join(unique_name("b-")));
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(tmp.path())
-            .map_err(CacheError::io("create", tmp.path()))?;
-        f.write_all(bytes)
-            .map_err(CacheError::io("write", tmp.path()))?;
+        let f = create_with(tmp.path(), bytes)?;
         // Stamp through the open descriptor: no second open of the file.
         f.set_modified(blob_mtime())
             .map_err(CacheError::io("set mtime of", tmp.path()))?;
