@@ -65,15 +65,19 @@ fn value_text(v: &serde_json::Value) -> String {
     }
 }
 
-/// Depth of every instance: the longest path from a source. Records list instances in
-/// topological order, so one pass suffices.
-fn depths(rec: &RunRecord) -> Vec<usize> {
-    let index: BTreeMap<&str, usize> = rec
-        .instances
+/// Each instance's position in the record, by label.
+fn positions(rec: &RunRecord) -> BTreeMap<&str, usize> {
+    rec.instances
         .iter()
         .enumerate()
         .map(|(i, (l, _))| (l.as_str(), i))
-        .collect();
+        .collect()
+}
+
+/// Depth of every instance: the longest path from a source. Records list instances in
+/// topological order, so one pass suffices.
+fn depths(rec: &RunRecord) -> Vec<usize> {
+    let index = positions(rec);
     let mut depth = vec![0usize; rec.instances.len()];
     for (i, (_, r)) in rec.instances.iter().enumerate() {
         depth[i] = r
@@ -148,12 +152,7 @@ pub fn dag_svg(rec: &RunRecord) -> String {
         width,
         height,
     } = layout(&depth, &texts);
-    let index: BTreeMap<&str, usize> = rec
-        .instances
-        .iter()
-        .enumerate()
-        .map(|(i, (l, _))| (l.as_str(), i))
-        .collect();
+    let index = positions(rec);
     let mut s = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" class="dag" width="{width}" height="{height}" viewBox="0 0 {width} {height}">"#
     );
