@@ -185,29 +185,16 @@ async fn server_killed_gives_a_typed_error_without_hanging() {
     };
     let t = short_timeouts();
     let remote = reapi_remote(&server, REAPI_INSTANCE, t);
-    let a = local();
-    let entry = make_action(&a, 11, 100_000);
     let patient = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
-    push_action(&*patient, &a.store, &entry).await.unwrap();
-    server.kill();
-    let b = local();
-    let started = Instant::now();
-    let err = fetch_action(&*remote, b.store.clone(), entry.key)
-        .await
-        .unwrap_err();
-    assert!(
-        started.elapsed() < hang_bound(t),
-        "took {:?}",
-        started.elapsed()
-    );
+    let port = server.port;
+    let (err, push) = case_server_gone(patient, remote, t, 11, || server.kill()).await;
     assert!(err.is_unavailable(), "{err:?}");
     assert!(
-        heddle_cache::error_chain(&err).contains(&format!("127.0.0.1:{}", server.port)),
+        heddle_cache::error_chain(&err).contains(&format!("127.0.0.1:{port}")),
         "{}",
         heddle_cache::error_chain(&err)
     );
-    assert!(b.store.lookup_action(&entry.key).unwrap().is_none());
-    let err = push_action(&*remote, &a.store, &entry).await.unwrap_err();
+    let err = push.unwrap_err();
     assert!(err.is_unavailable(), "{err:?}");
 }
 
@@ -224,22 +211,9 @@ async fn frozen_server_is_unavailable_within_the_timeout() {
         retries: 3,
     };
     let remote = reapi_remote(&server, REAPI_INSTANCE, t);
-    let a = local();
-    let entry = make_action(&a, 12, 100_000);
     // Pushed with patient timeouts (a loaded machine), fetched with the short ones.
     let patient = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
-    push_action(&*patient, &a.store, &entry).await.unwrap();
-    server.stop();
-    let b = local();
-    let started = Instant::now();
-    let err = fetch_action(&*remote, b.store.clone(), entry.key)
-        .await
-        .unwrap_err();
-    assert!(
-        started.elapsed() < hang_bound(t),
-        "took {:?}",
-        started.elapsed()
-    );
+    let (err, _) = case_server_gone(patient, remote, t, 12, || server.stop()).await;
     assert!(err.is_unavailable(), "{err:?}");
     server.resume();
 }

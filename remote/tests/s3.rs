@@ -54,7 +54,7 @@ async fn server_killed_gives_a_typed_error_without_hanging() {
     };
     let t = short_timeouts();
     let remote = s3_remote(&server, "k", t);
-    let (err, push) = case_server_gone(remote, t, 11, || server.kill()).await;
+    let (err, push) = case_server_gone(remote.clone(), remote, t, 11, || server.kill()).await;
     assert!(err.is_unavailable(), "{err:?}");
     let err = push.unwrap_err();
     assert!(err.is_unavailable(), "{err:?}");
@@ -70,7 +70,7 @@ async fn frozen_server_times_out() {
         retries: 3,
     };
     let remote = s3_remote(&server, "f", t);
-    let (err, _) = case_server_gone(remote, t, 12, || server.stop()).await;
+    let (err, _) = case_server_gone(remote.clone(), remote, t, 12, || server.stop()).await;
     assert!(
         matches!(err, RemoteError::Timeout { .. }),
         "expected a timeout, got {err:?}"

@@ -47,7 +47,7 @@ async fn server_killed_gives_a_typed_error_without_hanging() {
     };
     let t = short_timeouts();
     let remote = open(&url(&server, "k"), &HashMap::new(), t);
-    let (err, _) = case_server_gone(remote, t, 21, || server.kill()).await;
+    let (err, _) = case_server_gone(remote.clone(), remote, t, 21, || server.kill()).await;
     assert!(err.is_unavailable(), "{err:?}");
 }
 

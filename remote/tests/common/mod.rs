@@ -662,10 +662,12 @@ pub fn hang_bound(t: Timeouts) -> Duration {
     t.request_budget() + Duration::from_secs(10)
 }
 
-/// An action pushed, then the server goes away (`break_server`: killed, frozen): a fetch into
-/// an empty store fails within [`hang_bound`] and records nothing. Returns the fetch's error
-/// and what a push after it gives.
+/// An action pushed through `pusher` (patient timeouts where the server is slow to take it),
+/// then the server goes away (`break_server`: killed, frozen): a fetch through `remote` (with
+/// `timeouts`) into an empty store fails within [`hang_bound`] and records nothing. Returns the
+/// fetch's error and what a push through `remote` after it gives.
 pub async fn case_server_gone(
+    pusher: Arc<dyn RemoteBackend>,
     remote: Arc<dyn RemoteBackend>,
     timeouts: Timeouts,
     seed: u64,
@@ -673,7 +675,7 @@ pub async fn case_server_gone(
 ) -> (RemoteError, Result<heddle_remote::PushReport, RemoteError>) {
     let a = local();
     let entry = make_action(&a, seed, 100_000);
-    push_action(&*remote, &a.store, &entry).await.unwrap();
+    push_action(&*pusher, &a.store, &entry).await.unwrap();
     break_server();
     let b = local();
     let started = Instant::now();
