@@ -13,9 +13,11 @@
 //! syscall per unit per poll, only while waiting for a device) is nothing next to a device
 //! stage.
 
-use std::fs::{File, OpenOptions, TryLockError};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::fs::{File, TryLockError};
+use std::io::Read;
 use std::path::{Path, PathBuf};
+
+use crate::holder_file;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How often a waiter tries the units again.
@@ -59,18 +61,7 @@ fn unit_path(dir: &Path, pool: &str, unit: u32) -> PathBuf {
 
 fn open_unit(dir: &Path, pool: &str, unit: u32) -> Result<File, HostPoolError> {
     let path = unit_path(dir, pool, unit);
-    let err = |source| HostPoolError {
-        path: path.clone(),
-        source,
-    };
-    std::fs::create_dir_all(path.parent().expect("unit has a folder")).map_err(err)?;
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(err)
+    holder_file::open(&path).map_err(|source| HostPoolError { path, source })
 }
 
 /// Try once to take `want` of the pool's `units` units; `Ok(None)` when fewer are free (none
@@ -110,9 +101,8 @@ fn note_holder(f: &mut File, (run_id, instance): (&str, &str)) {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let _ = f.set_len(0);
-    let _ = f.seek(SeekFrom::Start(0));
-    let _ = write!(f, "{}\n{run_id}\n{instance}\n{since}\n", std::process::id());
+    let pid = std::process::id();
+    holder_file::say_holder(f, &format!("{pid}\n{run_id}\n{instance}\n{since}\n"));
 }
 
 /// Every unit currently held on this host, in every pool (for `heddle status`).

@@ -14,9 +14,11 @@
 //! still need a lock for the final swap, for a case (two concurrent runs of one pipeline in
 //! one checkout) that is rare.
 
-use std::fs::{File, OpenOptions, TryLockError};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::fs::{File, TryLockError};
+use std::io::Read;
 use std::path::{Path, PathBuf};
+
+use crate::holder_file;
 
 /// The held lock; released on drop (or when the process dies).
 #[derive(Debug)]
@@ -83,30 +85,19 @@ impl OutLock {
 }
 
 fn open(root: &Path, pipeline: &str) -> Result<(File, PathBuf), OutLockError> {
-    let dir = root.join(".heddle").join("locks");
-    let path = dir.join(format!("{pipeline}.out.lock"));
-    let made = std::fs::create_dir_all(&dir);
-    let file = made
-        .and_then(|()| {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-        })
-        .map_err(|source| OutLockError {
-            path: path.clone(),
-            source,
-        })?;
-    Ok((file, path))
+    let path = root
+        .join(".heddle")
+        .join("locks")
+        .join(format!("{pipeline}.out.lock"));
+    match holder_file::open(&path) {
+        Ok(file) => Ok((file, path)),
+        Err(source) => Err(OutLockError { path, source }),
+    }
 }
 
 /// Diagnostics only: who holds it, for the waiting run's message.
 fn note_holder(file: &mut File, run_id: &str) {
-    let _ = file.set_len(0);
-    let _ = file.seek(SeekFrom::Start(0));
-    let _ = write!(file, "{} {run_id}", std::process::id());
+    holder_file::say_holder(file, &format!("{} {run_id}", std::process::id()));
 }
 
 #[cfg(test)]
