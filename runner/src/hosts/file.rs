@@ -184,8 +184,33 @@ fn check_host(src: &Source, name: &Spanned<String>, raw: RawHost) -> Result<Host
             key: expand(base, t.key.get_ref()),
         }
     });
+    let pools = check_pools(src, name, raw.pools, &mut errors);
+    let transfer = check_transfer(src, name, raw.transfer.as_ref(), &mut errors);
+    match docker {
+        Some(docker) if errors.is_empty() => {
+            let (line, col) = src.line_col(name.span().start);
+            Ok(Host {
+                name: name.get_ref().clone(),
+                docker: docker.into_inner(),
+                tls,
+                pools,
+                transfer,
+                defined_at: format!("{}:{line}:{col}", src.path.display()),
+            })
+        }
+        _ => Err(errors),
+    }
+}
+
+/// A host's `[hosts.NAME.pools]`: each a positive number of units.
+fn check_pools(
+    src: &Source,
+    name: &Spanned<String>,
+    raw: BTreeMap<Spanned<String>, Spanned<toml::Value>>,
+    errors: &mut Vec<Diagnostic>,
+) -> BTreeMap<String, u32> {
     let mut pools = BTreeMap::new();
-    for (pool, size) in raw.pools {
+    for (pool, size) in raw {
         match size.get_ref().as_integer().map(u32::try_from) {
             Some(Ok(n)) if n > 0 => {
                 pools.insert(pool.into_inner(), n);
@@ -200,12 +225,22 @@ fn check_host(src: &Source, name: &Spanned<String>, raw: RawHost) -> Result<Host
             )),
         }
     }
-    let transfer = match raw.transfer.as_ref().map(|t| t.get_ref().as_str()) {
+    pools
+}
+
+/// A host's `transfer`: how inputs and outputs reach its engine.
+fn check_transfer(
+    src: &Source,
+    name: &Spanned<String>,
+    raw: Option<&Spanned<String>>,
+    errors: &mut Vec<Diagnostic>,
+) -> Transfer {
+    match raw.map(|t| t.get_ref().as_str()) {
         None | Some("auto") => Transfer::Auto,
         Some("bind") => Transfer::Bind,
         Some("archive") => Transfer::Archive,
         Some(other) => {
-            let t = raw.transfer.as_ref().expect("matched Some");
+            let t = raw.expect("matched Some");
             errors.push(src.error(
                 Some(t.span()),
                 format!(
@@ -215,20 +250,6 @@ fn check_host(src: &Source, name: &Spanned<String>, raw: RawHost) -> Result<Host
             ));
             Transfer::Auto
         }
-    };
-    match docker {
-        Some(docker) if errors.is_empty() => {
-            let (line, col) = src.line_col(name.span().start);
-            Ok(Host {
-                name: name.get_ref().clone(),
-                docker: docker.into_inner(),
-                tls,
-                pools,
-                transfer,
-                defined_at: format!("{}:{line}:{col}", src.path.display()),
-            })
-        }
-        _ => Err(errors),
     }
 }
 
