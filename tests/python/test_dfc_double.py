@@ -7,21 +7,16 @@ import sys
 
 import pytest
 
-from direct import ROOT, gather, run_stage, skipped
+from dfc_double import DOUBLE, authored_and_translated, double_env
+from direct import gather, run_stage, skipped
 
 PY = sys.executable
-DOUBLE = os.path.join(ROOT, "tests", "images", "dfc-double")
 
 
 HAILORTCLI = os.path.join(DOUBLE, "bin", "hailortcli")
 
 
-def env(tmp, gpu="1", **more):
-    """The double's world: a GPU that already drives a display (>5 % memory used), as on the entry's desktop 3090."""
-    e = {"PYTHONPATH": DOUBLE, "HAILO_DOUBLE_ASSUME_GPU": gpu, "HAILO_DOUBLE_GPU_BUSY": "1",
-         "HAILO_DOUBLE_TRACE": str(tmp / "trace.jsonl")}
-    e.update(more)
-    return e
+env = double_env
 
 
 def calls(har):
@@ -31,11 +26,7 @@ def calls(har):
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory):
     t = tmp_path_factory.mktemp("dfc")
-    st, a, p = run_stage("onnx/author", "author", str(t / "author"), with_={"samples": 16}, python=PY)
-    assert st["status"] == "ok", p.stderr
-    st, tr, p = run_stage("dfc/translate", "translate", str(t / "translate"),
-                          inputs={"model": a["onnx"], "meta": a["meta"]}, python=PY, extra_env=env(t))
-    assert st["status"] == "ok", p.stderr
+    a, tr = authored_and_translated(t)
     return t, a, tr
 
 

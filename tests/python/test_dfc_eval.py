@@ -8,10 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from direct import ROOT, STAGES, gather, run_stage, skipped
+from dfc_double import double_env
+from direct import STAGES, gather, run_stage, skipped
 
 PY = sys.executable
-DOUBLE = os.path.join(ROOT, "tests", "images", "dfc-double")
 
 def _load(name, path):
     """A stage script as a module of its own name (mezo/compare's script is compare.py too)."""
@@ -25,9 +25,7 @@ def _load(name, path):
 compare = _load("eval_compare", os.path.join(STAGES, "eval", "compare", "compare.py"))
 
 
-def env(tmp):
-    return {"PYTHONPATH": DOUBLE, "HAILO_DOUBLE_ASSUME_GPU": "1", "HAILO_DOUBLE_GPU_BUSY": "1",
-            "HAILO_DOUBLE_TRACE": str(tmp / "trace.jsonl")}
+env = double_env
 
 
 def test_saved_outputs_come_to_the_reference_layout(tmp_path):

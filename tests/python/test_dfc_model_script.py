@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from direct import ROOT, STAGES, run_stage
+from dfc_double import DOUBLE, authored_and_translated, double_env
+from direct import STAGES, run_stage
 
 PY = sys.executable
-DOUBLE = os.path.join(ROOT, "tests", "images", "dfc-double")
 sys.path.insert(0, os.path.join(STAGES, "dfc", "optimize"))
 import model_script as ms  # noqa: E402
 
@@ -83,22 +83,12 @@ def test_an_unclosed_statement_names_its_line():
 
 # ---- the stage against the double ------------------------------------------------------------------------------
 
-def env(tmp, **more):
-    e = {"PYTHONPATH": DOUBLE, "HAILO_DOUBLE_ASSUME_GPU": "1", "HAILO_DOUBLE_GPU_BUSY": "1",
-         "HAILO_DOUBLE_TRACE": str(tmp / "trace.jsonl")}
-    e.update(more)
-    return e
+env = double_env
 
 
 @pytest.fixture(scope="module")
 def translated(tmp_path_factory):
-    t = tmp_path_factory.mktemp("alls")
-    st, a, p = run_stage("onnx/author", "author", str(t / "author"), with_={"samples": 16}, python=PY)
-    assert st["status"] == "ok", p.stderr
-    st, tr, p = run_stage("dfc/translate", "translate", str(t / "translate"),
-                          inputs={"model": a["onnx"], "meta": a["meta"]}, python=PY, extra_env=env(t))
-    assert st["status"] == "ok", p.stderr
-    return a, tr
+    return authored_and_translated(tmp_path_factory.mktemp("alls"))
 
 
 def optimize(translated, tmp_path, alls_text, **with_):
