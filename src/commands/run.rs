@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
-use heddle_runner::lock::{self, LockFile};
+use heddle_runner::lock;
 use heddle_runner::plan::Plan;
 use heddle_runner::record::{self, ErrorClass, RunRecord, RunStatus, Status};
 use heddle_runner::sched::{self, RunOptions};
@@ -67,7 +67,7 @@ pub async fn run(s: &Session, a: &RunArgs) -> Result<i32, Error> {
     }
     if rec.status == RunStatus::Completed {
         let path = lock::lock_path(&plan.pipeline.file);
-        match LockFile::from_record(&rec).write(&path) {
+        match lock::write_from_record(&rec, &path) {
             Ok(_) => eprintln!("lock: {}", display_rel(&path)),
             Err(e) => eprintln!("warning: {e}"),
         }

@@ -13,7 +13,10 @@ use crate::explain::diff;
 use crate::key::{KeyParts, Reason};
 use crate::plan::Plan;
 use crate::preview::{History, PlanRow};
-use crate::record::{Cause, ErrorClass, RunRecord, Status, StatusRecord};
+use crate::record::{Cause, ErrorClass, Status, StatusRecord};
+
+mod from_record;
+pub use from_record::write_from_record;
 
 /// Bump when the layout changes. v1: first format.
 pub const LOCK_VERSION: u32 = 1;
@@ -92,6 +95,31 @@ fn same_bytes(path: &Path, bytes: &[u8]) -> bool {
     }
 }
 
+/// Write lock text `text` to `path` atomically; returns the sha256 of the text. A no-op run
+/// produces the same lock: the file (and its mtime) is then left alone.
+fn write_text(path: &Path, text: &str) -> Result<Digest, LockError> {
+    let tmp = path.with_extension("lock.tmp");
+    let err = |source| LockError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    if same_bytes(path, text.as_bytes()) {
+        return Ok(Digest::of_bytes(text.as_bytes()));
+    }
+    std::fs::write(&tmp, text).map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)?;
+    Ok(Digest::of_bytes(text.as_bytes()))
+}
+
+/// How a lock file spells status `s`.
+fn status_word(s: Status) -> &'static str {
+    match s {
+        Status::Ok => "ok",
+        Status::Failed => "failed",
+        Status::Skipped => "skipped",
+    }
+}
+
 /// `pipelines/x.toml` → `pipelines/x.lock`.
 pub fn lock_path(pipeline_file: &Path) -> PathBuf {
     pipeline_file.with_extension("lock")
@@ -118,12 +146,22 @@ pub fn strip_nulls(v: Value) -> Value {
 
 impl LockFile {
     pub fn to_toml(&self) -> Result<String, LockError> {
+        LockFile::render(self)
+    }
+
+    /// The lock file's text for `lock` (a [`LockFile`], or a view that serialises as one).
+    fn render(lock: &impl Serialize) -> Result<String, LockError> {
         let mut s = String::from("# heddle lock file: written by `heddle run` and `heddle lock`; compare with `heddle status`.\n");
-        let body = toml::to_string_pretty(self).map_err(|e| LockError::Encode {
+        let body = toml::to_string_pretty(lock).map_err(|e| LockError::Encode {
             message: e.to_string(),
         })?;
         s.push_str(&body);
         Ok(s)
+    }
+
+    /// Parse lock text `text` (for tests and readers that have it in memory).
+    pub fn read_str(text: &str) -> Result<LockFile, toml::de::Error> {
+        toml::from_str(text)
     }
 
     pub fn read(path: &Path) -> Result<LockFile, LockError> {
@@ -139,48 +177,7 @@ impl LockFile {
 
     /// Write atomically; returns the sha256 of the bytes written.
     pub fn write(&self, path: &Path) -> Result<Digest, LockError> {
-        let text = self.to_toml()?;
-        let tmp = path.with_extension("lock.tmp");
-        let err = |source| LockError::Write {
-            path: path.to_path_buf(),
-            source,
-        };
-        // A no-op run produces the same lock: leave the file (and its mtime) alone.
-        if same_bytes(path, text.as_bytes()) {
-            return Ok(Digest::of_bytes(text.as_bytes()));
-        }
-        std::fs::write(&tmp, &text).map_err(err)?;
-        std::fs::rename(&tmp, path).map_err(err)?;
-        Ok(Digest::of_bytes(text.as_bytes()))
-    }
-
-    /// From a finished run's record.
-    pub fn from_record(rec: &RunRecord) -> LockFile {
-        LockFile {
-            version: LOCK_VERSION,
-            pipeline: rec.pipeline.clone(),
-            params: rec.params.clone(),
-            instances: rec
-                .instances
-                .iter()
-                .map(|(label, r)| LockedInstance {
-                    label: label.clone(),
-                    stage: r.stage.clone(),
-                    cache_key: r.cache_key.clone().unwrap_or_default(),
-                    status: format!("{:?}", r.status.status).to_lowercase(),
-                    error: r
-                        .status
-                        .error
-                        .clone()
-                        .or_else(|| r.status.cause.as_ref().and_then(|c| c.error.clone())),
-                    cause: r.status.cause.as_ref().map(|c| c.label.clone()),
-                    env: r.env_identity.clone(),
-                    image: r.image.clone().map(strip_nulls),
-                    outputs: r.outputs.clone(),
-                    key: r.key_parts.clone().map(strip_nulls),
-                })
-                .collect(),
-        }
+        write_text(path, &self.to_toml()?)
     }
 
     /// From a preview in which every instance is cached (`heddle lock`).

@@ -1,0 +1,230 @@
+//! The lock a finished run writes, serialised straight from its run record. At 100,000
+//! instances a lock built as a [`LockFile`] first cloned every instance's outputs and expanded
+//! key (hundreds of megabytes of fresh pages for the kernel to zero) only to print them; these
+//! borrowed views print the same TOML, byte for byte, from the record itself.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use heddle_cache::{Digest, OutputEntry};
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+
+use super::{write_text, LockError, LockFile, LOCK_VERSION};
+use crate::record::{InstanceRecord, RunRecord};
+
+/// Write the lock of finished run `rec` to `path` (atomically, and only when its bytes
+/// change); returns the sha256 of the lock's bytes.
+pub fn write_from_record(rec: &RunRecord, path: &Path) -> Result<Digest, LockError> {
+    write_text(path, &to_toml(rec)?)
+}
+
+/// The lock text of run `rec`: what [`LockFile::to_toml`] gives for the same instances.
+pub fn to_toml(rec: &RunRecord) -> Result<String, LockError> {
+    let view = LockView {
+        version: LOCK_VERSION,
+        pipeline: &rec.pipeline,
+        params: &rec.params,
+        instances: rec
+            .instances
+            .iter()
+            .map(|(label, r)| LockedView::of(label, r))
+            .collect(),
+    };
+    LockFile::render(&view)
+}
+
+/// [`LockFile`], borrowed: the same field names, order and skip rules.
+#[derive(Serialize)]
+struct LockView<'a> {
+    version: u32,
+    pipeline: &'a str,
+    params: &'a BTreeMap<String, Value>,
+    #[serde(rename = "instance")]
+    instances: Vec<LockedView<'a>>,
+}
+
+/// [`super::LockedInstance`], borrowed.
+#[derive(Serialize)]
+struct LockedView<'a> {
+    label: &'a str,
+    stage: &'a str,
+    cache_key: &'a str,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cause: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    env: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    image: Option<WithoutNulls<'a>>,
+    outputs: &'a BTreeMap<String, OutputEntry>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<WithoutNulls<'a>>,
+}
+
+impl<'a> LockedView<'a> {
+    fn of(label: &'a str, r: &'a InstanceRecord) -> LockedView<'a> {
+        let cause = r.status.cause.as_ref();
+        LockedView {
+            label,
+            stage: &r.stage,
+            cache_key: r.cache_key.as_deref().unwrap_or(""),
+            status: super::status_word(r.status.status),
+            error: r
+                .status
+                .error
+                .as_deref()
+                .or_else(|| cause.and_then(|c| c.error.as_deref())),
+            cause: cause.map(|c| c.label.as_str()),
+            env: r.env_identity.as_deref(),
+            image: r.image.as_ref().map(WithoutNulls),
+            outputs: &r.outputs,
+            key: r.key_parts.as_ref().map(WithoutNulls),
+        }
+    }
+}
+
+/// A JSON value printed as [`super::strip_nulls`] would leave it (TOML has no null), without
+/// building the stripped copy.
+struct WithoutNulls<'a>(&'a Value);
+
+impl Serialize for WithoutNulls<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Object(m) => {
+                let kept = m.iter().filter(|(_, v)| !v.is_null());
+                let mut map = s.serialize_map(Some(kept.clone().count()))?;
+                for (k, v) in kept {
+                    map.serialize_entry(k, &WithoutNulls(v))?;
+                }
+                map.end()
+            }
+            Value::Array(a) => {
+                let kept = a.iter().filter(|v| !v.is_null());
+                let mut seq = s.serialize_seq(Some(kept.clone().count()))?;
+                for v in kept {
+                    seq.serialize_element(&WithoutNulls(v))?;
+                }
+                seq.end()
+            }
+            other => other.serialize(s),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::{strip_nulls, LockedInstance};
+    use crate::record::{Cause, ErrorClass, Status, StatusRecord};
+
+    fn record(label: &str, status: Status) -> InstanceRecord {
+        let status_record = match status {
+            Status::Ok => StatusRecord::ok(label, BTreeMap::new()),
+            Status::Failed => {
+                StatusRecord::failed(label, BTreeMap::new(), ErrorClass::ExitCode, "boom".into())
+            }
+            Status::Skipped => StatusRecord::skipped(
+                label,
+                BTreeMap::new(),
+                Cause {
+                    label: "up".into(),
+                    error: Some("ExitCode: exit 3".into()),
+                },
+                true,
+            ),
+        };
+        InstanceRecord {
+            stage: "m".into(),
+            report: false,
+            deps: vec![],
+            status: status_record,
+            cached: true,
+            remote: false,
+            cache_key: (status != Status::Skipped).then(|| "ab".repeat(32)),
+            reason: "cached".into(),
+            duration_ms: 1,
+            start_ms: 0,
+            end_ms: 1,
+            attempts: 1,
+            inputs: BTreeMap::new(),
+            outputs: [(
+                "o".to_string(),
+                OutputEntry::File {
+                    digest: Digest::of_bytes(label.as_bytes()),
+                    size: 3,
+                    executable: false,
+                },
+            )]
+            .into(),
+            output_paths: BTreeMap::new(),
+            env_identity: Some("env-1".into()),
+            image: Some(serde_json::json!({"reference": "busybox", "id": null})),
+            command: None,
+            logs: None,
+            facts: None,
+            key_parts: Some(serde_json::json!({
+                "version": "heddle/action/v1",
+                "env": null,
+                "executor": {"kind": "docker", "image_id": "sha256:1", "gpus": null, "devices": [null, "/dev/x"]},
+                "params": {"a": 1.5, "b": [1, null, {"c": null, "d": "e"}], "n": -3},
+            })),
+            host: None,
+        }
+    }
+
+    /// The lock a run writes is exactly what the owned lock file prints for the same run:
+    /// nulls dropped at every depth, a skipped instance's cause and error, a failure's error.
+    #[test]
+    fn the_borrowed_lock_prints_what_the_owned_lock_prints() {
+        let rec = RunRecord {
+            run_id: "r".into(),
+            pipeline: "p".into(),
+            pipeline_file: "p.toml".into(),
+            status: crate::record::RunStatus::Completed,
+            started_unix_ms: 0,
+            duration_ms: 1,
+            heddle_version: "0".into(),
+            host: "h".into(),
+            params: [("seed".to_string(), Value::from(3))].into(),
+            jobs: 1,
+            instances: vec![
+                ("m[i=0]".into(), record("m[i=0]", Status::Ok)),
+                ("m[i=1]".into(), record("m[i=1]", Status::Failed)),
+                ("m[i=2]".into(), record("m[i=2]", Status::Skipped)),
+            ],
+        };
+        let owned = LockFile {
+            version: LOCK_VERSION,
+            pipeline: rec.pipeline.clone(),
+            params: rec.params.clone(),
+            instances: rec
+                .instances
+                .iter()
+                .map(|(label, r)| LockedInstance {
+                    label: label.clone(),
+                    stage: r.stage.clone(),
+                    cache_key: r.cache_key.clone().unwrap_or_default(),
+                    status: format!("{:?}", r.status.status).to_lowercase(),
+                    error: r
+                        .status
+                        .error
+                        .clone()
+                        .or_else(|| r.status.cause.as_ref().and_then(|c| c.error.clone())),
+                    cause: r.status.cause.as_ref().map(|c| c.label.clone()),
+                    env: r.env_identity.clone(),
+                    image: r.image.clone().map(strip_nulls),
+                    outputs: r.outputs.clone(),
+                    key: r.key_parts.clone().map(strip_nulls),
+                })
+                .collect(),
+        };
+        let text = to_toml(&rec).unwrap();
+        assert_eq!(text, owned.to_toml().unwrap());
+        assert!(!text.contains("null"), "{text}");
+        assert_eq!(LockFile::read_str(&text).unwrap(), owned);
+    }
+}
