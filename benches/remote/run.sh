@@ -25,7 +25,7 @@ rm -rf "$work/push-store"
 echo "object: s3://bench/p/cas/$digest ($SIZE_MIB MiB), moto on 127.0.0.1:$port" >&2
 
 now() { date +%s.%N; }
-heddle_times=() curl_times=()
+heddle_times=() curl_times=() verify_times=()
 for i in $(seq "$N"); do
   rm -rf "$work/store" "$work/curl.out"; sync
   t0=$(now); "$bench" fetch s3://bench/p "$work/store"; t1=$(now)
@@ -33,11 +33,17 @@ for i in $(seq "$N"); do
   rm -rf "$work/store"; sync
   t0=$(now); curl -sf -o "$work/curl.out" "http://127.0.0.1:$port/bench/p/cas/$digest"; t1=$(now)
   curl_times+=("$(echo "$t1 - $t0" | bc)")
-  echo "round $i: heddle ${heddle_times[-1]} s, curl ${curl_times[-1]} s" >&2
+  rm -f "$work/curl.out"; sync
+  # What a user who checks what they downloaded runs: curl's bytes to the file and to sha256sum.
+  t0=$(now); curl -sf "http://127.0.0.1:$port/bench/p/cas/$digest" | tee "$work/curl.out" | sha256sum >/dev/null; t1=$(now)
+  verify_times+=("$(echo "$t1 - $t0" | bc)")
+  echo "round $i: heddle ${heddle_times[-1]} s, curl ${curl_times[-1]} s, curl | tee | sha256sum ${verify_times[-1]} s" >&2
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-h=$(median "${heddle_times[@]}"); c=$(median "${curl_times[@]}")
+h=$(median "${heddle_times[@]}"); c=$(median "${curl_times[@]}"); v=$(median "${verify_times[@]}")
 printf '%-34s %8s %10s\n' "1 GiB remote hit (median of $N)" "seconds" "MiB/s"
 printf '%-34s %8.2f %10.0f\n' "heddle-remote fetch_action" "$h" "$(echo "$SIZE_MIB / $h" | bc -l)"
 printf '%-34s %8.2f %10.0f\n' "curl -o FILE" "$c" "$(echo "$SIZE_MIB / $c" | bc -l)"
+printf '%-34s %8.2f %10.0f\n' "curl | tee FILE | sha256sum" "$v" "$(echo "$SIZE_MIB / $v" | bc -l)"
+printf 'throughput ratio heddle/(curl | tee | sha256sum): %.2fx\n' "$(echo "$v / $h" | bc -l)"
 printf 'throughput ratio heddle/curl: %.2fx (goal >= 0.9x)\n' "$(echo "$c / $h" | bc -l)"

@@ -12,6 +12,12 @@ use std::sync::Arc;
 use heddle_cache::{ActionEntry, Digest, Store};
 use heddle_remote::{fetch_action, push_action, OpendalCache, RemoteUrl, S3Settings, Timeouts};
 
+// heddle's own allocator: with glibc's, every large chunk buffer was a fresh mmap whose pages
+// the kernel zeroed, a cost the heddle binary does not pay.
+#[cfg(unix)]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let rt = tokio::runtime::Builder::new_multi_thread()
