@@ -53,7 +53,8 @@ for i in $(seq "$ROUNDS"); do
   remote_t+=("$(echo "$t1 - $t0" | bc)")
   grep -q "$((N + 1)) fetched" "$work/remote.log" || { cat "$work/remote.log" >&2; exit 1; }
   rm -rf "$work/curl"; mkdir -p "$work/curl"
-  t0=$(now); curl -sf --config "$work/urls.txt"; t1=$(now)
+  # Signed as heddle's requests are (moto refuses anonymous reads of some objects).
+  t0=$(now); curl -sSf --aws-sigv4 "aws:amz:$AWS_REGION:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" --config "$work/urls.txt"; t1=$(now)
   curl_t+=("$(echo "$t1 - $t0" | bc)")
   echo "round $i: local no-op ${local_t[-1]} s, remote-only no-op ${remote_t[-1]} s, curl transfer ${curl_t[-1]} s" >&2
 done
