@@ -21,28 +21,47 @@ pub fn write_from_record(rec: &RunRecord, path: &Path) -> Result<Digest, LockErr
 }
 
 /// The lock text of run `rec`: what [`LockFile::to_toml`] gives for the same instances.
+/// Printed an instance at a time: `toml` builds a document tree of what it prints, and a tree of
+/// the whole lock was the largest allocation of a no-op run of a large matrix.
 pub fn to_toml(rec: &RunRecord) -> Result<String, LockError> {
-    let view = LockView {
+    let head = LockHead {
         version: LOCK_VERSION,
         pipeline: &rec.pipeline,
         params: &rec.params,
-        instances: rec
-            .instances
-            .iter()
-            .map(|(label, r)| LockedView::of(label, r))
-            .collect(),
+        // A lock without instances says `instance = []`, as the whole document does.
+        no_instances: rec.instances.is_empty().then_some([]),
     };
-    LockFile::render(&view)
+    let mut text = LockFile::render(&head)?;
+    for (label, r) in &rec.instances {
+        let one = OneInstance {
+            instance: [LockedView::of(label, r)],
+        };
+        let part = toml::to_string_pretty(&one).map_err(|e| LockError::Encode {
+            message: e.to_string(),
+        })?;
+        // Tables are separated by one empty line, as in a document printed whole.
+        if !text.ends_with("\n\n") {
+            text.push('\n');
+        }
+        text.push_str(&part);
+    }
+    Ok(text)
 }
 
-/// [`LockFile`], borrowed: the same field names, order and skip rules.
+/// The lock's fields before its instances.
 #[derive(Serialize)]
-struct LockView<'a> {
+struct LockHead<'a> {
     version: u32,
     pipeline: &'a str,
     params: &'a BTreeMap<String, Value>,
-    #[serde(rename = "instance")]
-    instances: Vec<LockedView<'a>>,
+    #[serde(rename = "instance", skip_serializing_if = "Option::is_none")]
+    no_instances: Option<[u8; 0]>,
+}
+
+/// One `[[instance]]` table.
+#[derive(Serialize)]
+struct OneInstance<'a> {
+    instance: [LockedView<'a>; 1],
 }
 
 /// [`super::LockedInstance`], borrowed.
@@ -226,5 +245,21 @@ mod tests {
         assert_eq!(text, owned.to_toml().unwrap());
         assert!(!text.contains("null"), "{text}");
         assert_eq!(LockFile::read_str(&text).unwrap(), owned);
+
+        // No params, one instance, no image or key; and no instances at all.
+        let mut bare = rec.clone();
+        bare.params.clear();
+        bare.instances.truncate(1);
+        bare.instances[0].1.image = None;
+        bare.instances[0].1.key_parts = None;
+        let mut bare_owned = owned.clone();
+        bare_owned.params.clear();
+        bare_owned.instances.truncate(1);
+        bare_owned.instances[0].image = None;
+        bare_owned.instances[0].key = None;
+        assert_eq!(to_toml(&bare).unwrap(), bare_owned.to_toml().unwrap());
+        bare.instances.clear();
+        bare_owned.instances.clear();
+        assert_eq!(to_toml(&bare).unwrap(), bare_owned.to_toml().unwrap());
     }
 }
