@@ -192,8 +192,8 @@ pub fn param_changes(a: &BTreeMap<String, Value>, b: &BTreeMap<String, Value>) -
 fn key_changes(a: &InstanceRecord, b: &InstanceRecord) -> Vec<Change> {
     let parts = |r: &InstanceRecord| {
         r.key_parts
-            .clone()
-            .and_then(|v| serde_json::from_value::<KeyParts>(v).ok())
+            .as_ref()
+            .and_then(|v| serde_json::from_str::<KeyParts>(v.get()).ok())
     };
     match (parts(a), parts(b)) {
         (Some(pa), Some(pb)) => heddle_runner::explain::diff(&pa, &pb),

@@ -217,9 +217,11 @@ pub struct InstanceRecord {
     /// What the stage reported about where it ran (`$HEDDLE_FACTS_FILE`), e.g. the device.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub facts: Option<Value>,
-    /// The expanded cache key, so a record says exactly what its key was made of.
+    /// The expanded cache key, so a record says exactly what its key was made of. Kept as its
+    /// JSON text: a run holds every instance's record until it ends, and a `Value` tree of each
+    /// key was the largest part of a large no-op run's memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key_parts: Option<Value>,
+    pub key_parts: Option<Box<serde_json::value::RawValue>>,
     /// The `[hosts.NAME]` that ran it (`hosts.toml`); absent for an instance that ran where
     /// heddle runs or on its stage's own `docker_host`, and in records older than hosts.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -3,6 +3,7 @@
 //! key (hundreds of megabytes of fresh pages for the kernel to zero) only to print them; these
 //! borrowed views print the same TOML, byte for byte, from the record itself.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -99,25 +100,30 @@ impl<'a> LockedView<'a> {
                 .or_else(|| cause.and_then(|c| c.error.as_deref())),
             cause: cause.map(|c| c.label.as_str()),
             env: r.env_identity.as_deref(),
-            image: r.image.as_ref().map(WithoutNulls),
+            image: r.image.as_ref().map(|v| WithoutNulls(Cow::Borrowed(v))),
             outputs: &r.outputs,
-            key: r.key_parts.as_ref().map(WithoutNulls),
+            // Parsed from the record's text for this instance only, and dropped once printed.
+            key: r
+                .key_parts
+                .as_ref()
+                .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+                .map(|v| WithoutNulls(Cow::Owned(v))),
         }
     }
 }
 
 /// A JSON value printed as [`super::strip_nulls`] would leave it (TOML has no null), without
 /// building the stripped copy.
-struct WithoutNulls<'a>(&'a Value);
+struct WithoutNulls<'a>(Cow<'a, Value>);
 
 impl Serialize for WithoutNulls<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self.0 {
+        match self.0.as_ref() {
             Value::Object(m) => {
                 let kept = m.iter().filter(|(_, v)| !v.is_null());
                 let mut map = s.serialize_map(Some(kept.clone().count()))?;
                 for (k, v) in kept {
-                    map.serialize_entry(k, &WithoutNulls(v))?;
+                    map.serialize_entry(k, &WithoutNulls(Cow::Borrowed(v)))?;
                 }
                 map.end()
             }
@@ -125,7 +131,7 @@ impl Serialize for WithoutNulls<'_> {
                 let kept = a.iter().filter(|v| !v.is_null());
                 let mut seq = s.serialize_seq(Some(kept.clone().count()))?;
                 for v in kept {
-                    seq.serialize_element(&WithoutNulls(v))?;
+                    seq.serialize_element(&WithoutNulls(Cow::Borrowed(v)))?;
                 }
                 seq.end()
             }
@@ -185,12 +191,12 @@ mod tests {
             command: None,
             logs: None,
             facts: None,
-            key_parts: Some(serde_json::json!({
+            key_parts: Some(serde_json::value::to_raw_value(&serde_json::json!({
                 "version": "heddle/action/v1",
                 "env": null,
                 "executor": {"kind": "docker", "image_id": "sha256:1", "gpus": null, "devices": [null, "/dev/x"]},
                 "params": {"a": 1.5, "b": [1, null, {"c": null, "d": "e"}], "n": -3},
-            })),
+            })).unwrap()),
             host: None,
         }
     }
@@ -237,7 +243,10 @@ mod tests {
                     env: r.env_identity.clone(),
                     image: r.image.clone().map(strip_nulls),
                     outputs: r.outputs.clone(),
-                    key: r.key_parts.clone().map(strip_nulls),
+                    key: r
+                        .key_parts
+                        .as_ref()
+                        .map(|raw| strip_nulls(serde_json::from_str(raw.get()).unwrap())),
                 })
                 .collect(),
         };

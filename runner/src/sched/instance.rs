@@ -112,7 +112,7 @@ fn keyed_record(
     let inst = &ctx.plan.instances[id];
     let mut record = empty_record(ctx.plan.stage_of(id));
     record.cache_key = Some(key.to_string());
-    record.key_parts = serde_json::to_value(parts).ok();
+    record.key_parts = serde_json::value::to_raw_value(parts).ok();
     record.inputs = parts.inputs.clone();
     record.env_identity = parts.env.clone();
     record.image = inst.image.as_ref().map(|r| {
