@@ -44,14 +44,8 @@ export HEDDLE_CACHE_DIR="$tmp/cache"
 cd "$tmp"
 "$heddle" run bench.toml --progress quiet >/dev/null 2>&1 # warm: the cache exists, the image is in the page cache
 
-# Milliseconds (3 decimals) one command takes; its output is discarded, a failure aborts.
-ms() {
-  local t0 t1
-  t0=$(date +%s%N)
-  "$@" >/dev/null 2>&1 || { echo "failed: $*" >&2; exit 1; }
-  t1=$(date +%s%N)
-  echo "$(((t1 - t0) / 1000))" | awk '{ printf "%.3f\n", $1 / 1000 }'
-}
+# shellcheck source=benches/timing.sh
+source "$root/benches/timing.sh"
 
 mkdir -p "$tmp/m/in" "$tmp/m/out" "$tmp/m/work"
 same=(--network none --init -u "$(id -u):$(id -g)" -w /heddle/work
@@ -68,7 +62,6 @@ for ((i = 0; i < N; i++)); do
   heddle_hit+=("$(ms "$heddle" run bench.toml --progress quiet)")
 done
 
-median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
 m_run=$(median "${heddle_run[@]}")
 m_none=$(median "${docker_none[@]}")

@@ -50,14 +50,8 @@ cp input.bin m/in/data
 docker_same=(--network none --init -u "$(id -u):$(id -g)" -w /heddle/work
   -v "$tmp/m/in:/heddle/in:ro" -v "$tmp/m/out:/heddle/out" -v "$tmp/m/work:/heddle/work")
 
-ms() {
-  local t0 t1
-  t0=$(date +%s%N)
-  "$@" >/dev/null 2>&1 || { echo "failed: $*" >&2; exit 1; }
-  t1=$(date +%s%N)
-  echo "$(((t1 - t0) / 1000))" | awk '{ printf "%.3f\n", $1 / 1000 }'
-}
-median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+# shellcheck source=benches/timing.sh
+source "$root/benches/timing.sh"
 
 declare -a bind archive docker
 for ((i = 0; i < N; i++)); do
