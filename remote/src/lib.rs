@@ -54,7 +54,7 @@
 //!
 //! `grpc://host:port[/instance]` is a Remote Execution API server's ContentAddressableStorage,
 //! ActionCache and ByteStream over gRPC (`reapi/`: tonic, with the published protos vendored
-//! under `proto/`). The mapping of blobs and entries onto them is in `reapi/mod.rs` and
+//! under `vendor/proto/`). The mapping of blobs and entries onto them is in `reapi/mod.rs` and
 //! `reapi/action.rs`; the guarantees above hold for it too.
 
 // Errors carry the failing URL, key and backend cause; they travel a cold path (a remote
