@@ -151,7 +151,7 @@ fn reset(root: &Path, inputs: &[String], outputs: &[String]) -> Result<(), Strin
     ensure_empty_dir(&work).map_err(|e| err(&work, e))?;
     for (sub, names) in [("in", inputs), ("out", outputs)] {
         let dir = root.join(sub);
-        std::fs::create_dir_all(&dir).map_err(|e| err(&dir, e))?;
+        ensure_dir(&dir).map_err(|e| err(&dir, e))?;
         let wanted: BTreeSet<&str> = names.iter().map(String::as_str).collect();
         for entry in read_names(&dir).map_err(|e| err(&dir, e))? {
             if !wanted.contains(entry.as_str()) {
@@ -177,14 +177,27 @@ fn read_names(dir: &Path) -> std::io::Result<Vec<String>> {
 
 /// `dir` exists and is empty; whatever it held is removed.
 fn ensure_empty_dir(dir: &Path) -> std::io::Result<()> {
-    match std::fs::read_dir(dir) {
-        Ok(entries) => {
-            for e in entries {
-                remove_tree(&e?.path())?;
-            }
-            Ok(())
+    if ensure_dir(dir)? {
+        for e in std::fs::read_dir(dir)? {
+            remove_tree(&e?.path())?;
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir(dir),
+    }
+    Ok(())
+}
+
+/// `dir` is a real folder: made if missing (then `false`: nothing to empty), an error if it is
+/// a symlink or a file. A stage may have swapped any folder of its sandbox for a link to a host
+/// folder; reading or emptying it through the link would delete the host's files, so such a
+/// sandbox is refused (and set aside by [`SandboxPool::acquire`]) instead.
+fn ensure_dir(dir: &Path) -> std::io::Result<bool> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(true),
+        Ok(_) => Err(std::io::Error::other(
+            "a stage replaced this folder with a symlink or a file; nothing beneath it is touched",
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir(dir).map(|()| false)
+        }
         Err(e) => Err(e),
     }
 }
@@ -346,5 +359,42 @@ mod tests {
         drop((a, b));
         pool.remove_all();
         assert!(names(scratch.path()).is_empty());
+    }
+
+    /// A stage swapped a folder of its sandbox for a link to a host folder: reusing the sandbox
+    /// must not empty the host folder through the link (it once deleted a project's files).
+    #[cfg(unix)]
+    #[test]
+    fn a_folder_swapped_for_a_link_is_never_emptied_through_it() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        for swapped in ["out/o", "out", "in/a", "in", "work"] {
+            let scratch = tempfile::tempdir().unwrap();
+            let host = tempfile::tempdir().unwrap();
+            std::fs::write(host.path().join("secret.txt"), "secret").unwrap();
+            std::fs::create_dir(host.path().join("o")).unwrap();
+            std::fs::write(host.path().join("o/kept.txt"), "kept").unwrap();
+            let pool = Arc::new(SandboxPool::new(scratch.path().to_path_buf()));
+            let first = pool.acquire(&v(&["a"]), &v(&["o"])).unwrap();
+            let root = first.path().to_path_buf();
+            std::fs::remove_dir_all(root.join(swapped)).unwrap();
+            std::os::unix::fs::symlink(host.path(), root.join(swapped)).unwrap();
+            drop(first);
+
+            let second = pool.acquire(&v(&["a"]), &v(&["o"])).unwrap();
+            assert_ne!(
+                second.path(),
+                root,
+                "{swapped}: the spoiled sandbox is set aside"
+            );
+            drop(second);
+            pool.remove_all();
+            assert_eq!(
+                names(host.path()),
+                ["o", "secret.txt"],
+                "{swapped}: the host folder keeps its files"
+            );
+            assert_eq!(names(&host.path().join("o")), ["kept.txt"], "{swapped}");
+            assert!(names(scratch.path()).is_empty(), "{swapped}");
+        }
     }
 }
