@@ -103,6 +103,28 @@ fn a_symlink_output_is_an_error_and_the_host_file_is_untouched() {
     assert!(!p.path("out/links/tree/d/etc").exists());
 }
 
+/// A FIFO output or a file name that is not UTF-8 cannot be stored: the stage fails (exit 1,
+/// `UnsafeOutput`), heddle does not hang opening the FIFO, and the run is not heddle's error.
+#[cfg(unix)]
+#[test]
+fn an_output_the_cache_cannot_store_fails_its_stage() {
+    let p = Project::with_pipeline(include_str!("fixtures/integrity/unstorable_outputs.toml"));
+    let r = p.run("p.toml", &["--keep-going"]).code(1);
+    let rec = p.last_record();
+    for label in ["fifo", "latin1"] {
+        let s = &instance(&rec, label)["status"];
+        assert_eq!(s["error_class"], "UnsafeOutput", "{label}: {}", r.stderr);
+    }
+    let error = |label: &str| {
+        instance(&rec, label)["status"]["error"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(error("fifo").contains("unsupported file type"), "{rec:#}");
+    assert!(error("latin1").contains("not valid UTF-8"), "{rec:#}");
+}
+
 #[test]
 fn matrix_values_are_names_not_paths() {
     let p = Project::with_pipeline(include_str!("fixtures/integrity/matrix_names.toml"));

@@ -86,9 +86,12 @@ pub fn collect(
         }
         let entry = store.adopt_output(&p).map_err(|e| {
             let class = match e {
-                CacheError::SymlinkOutput { .. } | CacheError::UnsafeTree { .. } => {
-                    ErrorClass::UnsafeOutput
-                }
+                // What the stage made and the cache refuses is the stage's failure (exit 1),
+                // not heddle's (exit 2).
+                CacheError::SymlinkOutput { .. }
+                | CacheError::UnsafeTree { .. }
+                | CacheError::UnsupportedFileType { .. }
+                | CacheError::NonUtf8Path { .. } => ErrorClass::UnsafeOutput,
                 _ => ErrorClass::HeddleError,
             };
             (class, error_chain(&e))

@@ -115,7 +115,9 @@ pub enum ErrorClass {
     /// A stage wrote through an input's hard link into the cache.
     InputModified,
     MissingOutput,
-    /// An output the cache refuses: a symlink, or a tree that escapes its folder.
+    /// An output the cache refuses: a symlink, a tree that escapes its folder, a file that is
+    /// not a regular file, folder or symlink (a FIFO, a socket, a device), or a name that is
+    /// not UTF-8.
     UnsafeOutput,
     /// The class the stage reported, e.g. `AttributeError`.
     Stage(String),
