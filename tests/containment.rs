@@ -93,6 +93,61 @@ fn a_daemon_with_redirected_fds_is_gone_after_its_stage() {
     assert_gone(&pid, "redirected daemon");
 }
 
+/// A shell loop that waits up to `secs` for process `$pid` to be gone and exits 3 if it is not.
+fn await_gone(pid: &str, secs: u32) -> String {
+    format!(
+        "i=0; while kill -0 {pid} 2>/dev/null; do i=$((i+1)); [ $i -gt {n} ] && exit 3; sleep 0.01; done",
+        n = secs * 100
+    )
+}
+
+#[test]
+fn a_daemon_that_clears_its_environment_is_gone_before_the_next_stage_of_a_chain() {
+    let p = Project::new();
+    let pidfile = p.path("daemon.pid");
+    // `env -i` leaves no stage token to find the daemon by: it is attributed by its age.
+    p.file(
+        "p.toml",
+        &format!(
+            "[pipeline]\nname = \"contain\"\n\
+             [stages.a]\nrun = \"setsid env -i sh -c 'echo $$ > {pf}; exec sleep 300' >/dev/null 2>&1 </dev/null & \
+             while [ ! -s {pf} ]; do sleep 0.01; done; echo a > {{{{ out.o }}}}\"\noutputs = {{ o = \"o\" }}\n\
+             [stages.b]\ninputs = {{ a = \"a.o\" }}\nrun = \"{gone}; echo gone > {{{{ out.o }}}}\"\noutputs = {{ o = \"o\" }}\n",
+            pf = pidfile.display(),
+            gone = await_gone(&format!("$(cat {})", pidfile.display()), 5),
+        ),
+    );
+    p.run("p.toml", &[]).ok();
+    assert_eq!(p.read("out/contain/b/o"), "gone\n");
+}
+
+#[test]
+fn a_tokenless_daemon_younger_than_a_running_stage_outlives_a_sibling_but_not_its_run() {
+    let p = Project::new();
+    let (pidfile, b_done) = (p.path("daemon.pid"), p.path("b.done"));
+    // `a` starts first and, later, a daemon that clears its environment; `b` ends meanwhile.
+    // At b's end the daemon is younger than the running `a`, so it may be a's: it must live.
+    p.file(
+        "p.toml",
+        &format!(
+            "[pipeline]\nname = \"contain\"\n\
+             [stages.a]\nrun = \"sleep 0.3; setsid env -i sh -c 'echo $$ > {pf}; exec sleep 300' >/dev/null 2>&1 </dev/null & \
+             while [ ! -f {bd} ]; do sleep 0.01; done; sleep 0.3; kill -0 $(cat {pf}) && echo alive > {{{{ out.o }}}}\"\n\
+             outputs = {{ o = \"o\" }}\n\
+             [stages.b]\nrun = \"while [ ! -s {pf} ]; do sleep 0.01; done; echo b > {{{{ out.o }}}}; touch {bd}\"\n\
+             outputs = {{ o = \"o\" }}\n",
+            pf = pidfile.display(),
+            bd = b_done.display(),
+        ),
+    );
+    p.run("p.toml", &["--jobs", "2"]).ok();
+    assert_eq!(p.read("out/contain/a/o"), "alive\n");
+    assert_gone(
+        p.read("daemon.pid").trim(),
+        "tokenless daemon after its run",
+    );
+}
+
 #[test]
 fn sigterm_and_sighup_end_a_run_held_by_a_daemon_with_its_record_written() {
     for (sig, name) in [(SIGTERM, "SIGTERM"), (SIGHUP, "SIGHUP")] {

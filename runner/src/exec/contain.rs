@@ -24,8 +24,12 @@
 //!   pass; orphans that have exited (zombies) are reaped, so a long run does not fill the pid
 //!   table. A child heddle started itself (a stage's leader, which tokio waits for; a
 //!   python-env command, which is in heddle's own process group) is never reaped here.
-//! - **At the end of a run** [`sweep_run`] also kills orphans that cleared their environment
-//!   and left heddle's session: nothing else of the run can own them any more.
+//! - **An orphan that cleared its environment** (`env -i`) and left heddle's session carries
+//!   no token, so it is attributed by age instead: a stage's descendants all start after its
+//!   leader, so an orphan that started before every stage still running (strictly, in clock
+//!   ticks) cannot belong to any of them, and a stage's end kills it. In a chain that is at
+//!   the end of the stage that started it; beside a concurrent stage that is older, it lives
+//!   until a later stage's end. At the end of a run [`sweep_run`] kills any that are left.
 //! - **If heddle itself dies** (`kill -9`), its orphans go to PID 1; the watchdog
 //!   ([`super::reaper`]) scans `/proc` for the token prefix of this heddle process and kills
 //!   what it finds, as well as the groups it was told about.
@@ -116,10 +120,25 @@ impl StageToken {
         &self.value
     }
 
-    /// Kill every orphan carrying this token and its descendants; reap exited orphans.
+    /// Kill every orphan carrying this token and its descendants, and every tokenless orphan
+    /// outside heddle's session that is older than all running stages; reap exited orphans.
     pub async fn sweep(&self) {
         let needle = format!("{TOKEN_VAR}={}\0", self.value).into_bytes();
-        sweep(|env, _| has_var(env, &needle)).await;
+        let any_token = format!("{TOKEN_VAR}=").into_bytes();
+        let own_sid = unsafe { libc::getsid(0) };
+        // Read lazily: almost every sweep finds no orphan at all.
+        let mut oldest_running: Option<Option<u64>> = None;
+        sweep(|env, stat, leaders| {
+            if has_var(env, &needle) {
+                return true;
+            }
+            if stat.sid == own_sid || has_var(env, &any_token) {
+                return false;
+            }
+            let oldest = *oldest_running.get_or_insert_with(|| oldest_running_leader(leaders));
+            oldest.is_some_and(|oldest| stat.start < oldest)
+        })
+        .await;
     }
 }
 
@@ -134,7 +153,16 @@ impl Default for StageToken {
 pub async fn sweep_run() {
     let needle = format!("{TOKEN_VAR}={}", token_prefix()).into_bytes();
     let own_sid = unsafe { libc::getsid(0) };
-    sweep(|env, stat| has_var(env, &needle) || stat.sid != own_sid).await;
+    sweep(|env, stat, _| has_var(env, &needle) || stat.sid != own_sid).await;
+}
+
+/// The start time (clock ticks since boot) of the oldest stage leader still running, `u64::MAX`
+/// when none runs, or `None` when a leader's start cannot be read (then nothing is attributed
+/// by age).
+fn oldest_running_leader(leaders: &BTreeSet<u32>) -> Option<u64> {
+    leaders.iter().try_fold(u64::MAX, |oldest, &pid| {
+        read_stat(pid as i32).map(|s| oldest.min(s.start))
+    })
 }
 
 /// What `/proc/<pid>/stat` says of a child.
@@ -142,9 +170,11 @@ struct Stat {
     zombie: bool,
     pgid: i32,
     sid: i32,
+    /// When it started, in clock ticks since boot.
+    start: u64,
 }
 
-async fn sweep(is_target: impl Fn(&[u8], &Stat) -> bool) {
+async fn sweep(mut is_target: impl FnMut(&[u8], &Stat, &BTreeSet<u32>) -> bool) {
     let own_pgid = unsafe { libc::getpgrp() };
     let children = format!("/proc/{0}/task/{0}/children", std::process::id());
     let mut env = Vec::new();
@@ -175,7 +205,7 @@ async fn sweep(is_target: impl Fn(&[u8], &Stat) -> bool) {
                     continue;
                 }
                 env.clear();
-                if read_environ(pid, &mut env) && is_target(&env, &stat) {
+                if read_environ(pid, &mut env) && is_target(&env, &stat, &leaders) {
                     unsafe {
                         libc::kill(pid, libc::SIGKILL);
                     }
@@ -200,10 +230,13 @@ fn read_stat(pid: i32) -> Option<Stat> {
     let _ppid = f.next()?;
     let pgid = f.next()?.parse().ok()?;
     let sid = f.next()?.parse().ok()?;
+    // Field 22 (`starttime`) is the 16th after the session.
+    let start = f.nth(15)?.parse().ok()?;
     Some(Stat {
         zombie: state == "Z" || state == "X",
         pgid,
         sid,
+        start,
     })
 }
 
