@@ -148,6 +148,10 @@ impl Shared {
 
 /// The supervisor's state: what each instance still waits for, what has finished, what is
 /// ready, and why the run stops starting new work.
+///
+/// Started instances are bounded ([`started_at_most`]): each one is a task holding its future,
+/// its inputs and its key parts, and a no-op run of a 100,000-value matrix used to start them
+/// all at once, though two worker threads serve the cache hits one by one.
 struct Walk {
     plan: Arc<Plan>,
     waiting: Vec<usize>,
@@ -156,6 +160,14 @@ struct Walk {
     running: usize,
     stop_cause: Option<Cause>,
     interrupts: u32,
+}
+
+/// How many instances may be started and not yet ended: enough to keep `--jobs` stages and the
+/// cache lookups of a remote (network round trips, which overlap) busy, few enough that a huge
+/// ready set costs memory in proportion to the window, not to the set.
+fn started_at_most(jobs: usize) -> usize {
+    const LOOKUPS_IN_FLIGHT: usize = 256;
+    jobs.saturating_mul(2).max(LOOKUPS_IN_FLIGHT)
 }
 
 impl Walk {
@@ -191,9 +203,13 @@ impl Walk {
         }
     }
 
-    /// Start (or skip) everything that is ready.
+    /// Start (or skip) what is ready, at most [`started_at_most`] instances at a time.
     fn start_ready(&mut self, sh: &Arc<Shared>, tx: &UnboundedSender<(usize, InstanceRecord)>) {
-        while let Some(id) = self.queue.pop_front() {
+        let window = started_at_most(sh.opts.jobs);
+        while self.running < window {
+            let Some(id) = self.queue.pop_front() else {
+                break;
+            };
             let skip = match (&self.stop_cause, resolve_inputs(&sh.ctx, id, &self.done)) {
                 (Some(c), _) => Some((c.clone(), false)),
                 (None, Err(c)) => Some(c),
