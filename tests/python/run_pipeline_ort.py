@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""By-hand run of pipelines/mezo-ort.toml without the heddle binary (same stage definitions, same rendering):
+"""By-hand run of pipelines/mezo-ort.toml stage by stage, each stage a one-stage heddle run (tests/python/direct.py;
+needs target/release/heddle or $HEDDLE_BIN):
     python tests/python/run_pipeline_ort.py OUTDIR [--samples N] [--draws D] [--seed S]
 Uses the current python (which must have stages/requirements-ort.txt installed). Prints the compare table."""
 import argparse

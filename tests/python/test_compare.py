@@ -25,6 +25,9 @@ def test_compare_failed_and_skipped_rows(tmp_path):
         ({"precision": "a16_w16", "context": "SDK_BIT_EXACT"}, {"label": "b", "status": "ok"}, str(ok2)),
         ({"precision": "a16_w4", "context": "SDK_QUANTIZED"},
          {"label": "probe[context=SDK_QUANTIZED,precision=a16_w4]", "status": "skipped", "cause": opt_fail}, None),
+        ({"precision": "a16_w4", "context": "SDK_BIT_EXACT"},
+         {"label": "probe[context=SDK_BIT_EXACT,precision=a16_w4]", "status": "skipped", "cause": opt_fail}, None),
+        ({"precision": "a8_w8", "context": "SDK_QUANTIZED"}, {"label": "q8", "status": "ok"}, str(ok1)),
         ({"precision": "a8_w8", "context": "SDK_BIT_EXACT"},
          {"label": "probe[context=SDK_BIT_EXACT,precision=a8_w8]", "status": "failed", "exit_code": 1,
           "error_class": "InferenceError", "error": "InferenceError: graph execution error at conv2_1/act_op_1/pow"},
@@ -38,7 +41,7 @@ def test_compare_failed_and_skipped_rows(tmp_path):
     assert "| 3e-02 | 95.8% | +0.993 | 1.0x | 95.8% | +0.993 | 1.0x |" in md
     assert "Contexts agree on the start loss to five figures" in md
     assert ("- a16_w4 FAILED AttributeError: 'function' object has no attribute "
-            "'set_wraparound_loss' (in optimize[precision=a16_w4]; skipped: SDK_QUANTIZED)") in md
+            "'set_wraparound_loss' (in optimize[precision=a16_w4]; skipped: SDK_BIT_EXACT, SDK_QUANTIZED)") in md
     assert "- a8_w8 × SDK_BIT_EXACT FAILED InferenceError: graph execution error at conv2_1/act_op_1/pow" in md
     csv_text = open(outs["csv"]).read()
     assert "a8_w8,SDK_BIT_EXACT,failed" in csv_text

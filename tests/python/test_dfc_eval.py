@@ -92,7 +92,10 @@ def test_eval_wants_exactly_one_reference(tmp_path):
     st, a, p = run_stage("onnx/author", "author", str(tmp_path / "author"), with_={"samples": 4}, python=PY)
     st, outs, p = run_stage("eval/compare", "eval", str(tmp_path / "eval"),
                             inputs={"float": a["onnx"], "reference": a["calib"], "meta": a["meta"],
-                                    "heldout": a["calib"], "quant": str(tmp_path / "none")}, python=PY)
+                                    "heldout": a["calib"],
+                                    "quant": gather(str(tmp_path / "g"),
+                                                    [({"precision": "a8_w8"}, {"status": "ok"}, a["onnx"])])},
+                            python=PY)
     assert st["status"] == "failed"
     assert st["error"] == ("ValueError: bind exactly one float reference: `float` (an ONNX model) or `reference` "
                            "(outputs .npy)")
