@@ -241,17 +241,20 @@ fn read_mode_never_uploads() {
 }
 
 #[test]
-fn grpcs_is_refused_with_a_reason() {
+fn a_grpcs_remote_whose_ca_file_cannot_be_read_is_a_user_error() {
     let p = engineer();
     let r: Run = p
-        .cmd(&["run", "--remote-cache", "grpcs://cache.lan:443/main"])
+        .cmd(&["run", "--remote-cache", "grpcs://127.0.0.1:1/main"])
+        .env("HEDDLE_REMOTE_CA_FILE", p.path("no-such-ca.pem"))
         .output()
         .unwrap()
         .into();
     let r = r.code(2);
     assert!(
-        r.stderr
-            .contains("grpcs:// (TLS) is not supported yet; use grpc:// (plain HTTP/2)"),
+        r.stderr.contains(&format!(
+            "failed to read the CA certificates {} for remote cache grpcs://127.0.0.1:1/main",
+            p.path("no-such-ca.pem").display()
+        )),
         "{}",
         r.stderr
     );

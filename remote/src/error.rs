@@ -15,6 +15,21 @@ pub enum RemoteError {
         #[source]
         source: opendal::Error,
     },
+    /// The CA file named for a `grpcs://` remote could not be read.
+    #[error("failed to read the CA certificates {path} for remote cache {remote}")]
+    TlsCa {
+        path: PathBuf,
+        remote: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// tonic refused the TLS settings of a `grpcs://` remote.
+    #[error("failed to set up TLS for remote cache {remote}")]
+    TlsSetup {
+        remote: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
     /// The server refused, was unreachable, or did not answer within the timeout.
     #[error("failed to {op} {object} on remote cache {remote}")]
     Backend {

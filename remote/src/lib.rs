@@ -81,7 +81,9 @@ pub use config::{
 pub use download::{fetch_action, fetch_blob, FetchReport};
 pub use error::RemoteError;
 pub use opendal_backend::OpendalCache;
-pub use reapi::{ReapiCache, BATCH_MAX as REAPI_BATCH_MAX};
+pub use reapi::{
+    ReapiCache, ReapiTls, BATCH_MAX as REAPI_BATCH_MAX, CA_FILE_VAR as REAPI_CA_FILE_VAR,
+};
 pub use remote_cache::{PushOutcome, RemoteCache};
 pub use upload::{push_action, upload_blob, PushReport};
 pub use url::RemoteUrl;
@@ -96,11 +98,14 @@ pub fn open_backend(
     if let RemoteUrl::Grpc {
         authority,
         instance,
+        tls,
     } = &settings.url
     {
+        let tls = tls.then(|| ReapiTls::from_env(env));
         return Ok(Arc::new(ReapiCache::open(
             authority,
             instance,
+            tls,
             settings.url.to_string(),
             timeouts,
         )?));

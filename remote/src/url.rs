@@ -23,8 +23,13 @@ pub enum RemoteUrl {
     /// `file:///path`: a plain directory, local or on NFS.
     Fs { root: PathBuf },
     /// `grpc://host:port[/instance_name]`: a REAPI server (CAS + ActionCache + ByteStream)
-    /// over plain HTTP/2. The instance name may hold slashes; empty is the default instance.
-    Grpc { authority: String, instance: String },
+    /// over plain HTTP/2, or `grpcs://` over TLS. The instance name may hold slashes; empty is
+    /// the default instance.
+    Grpc {
+        authority: String,
+        instance: String,
+        tls: bool,
+    },
 }
 
 impl RemoteUrl {
@@ -34,7 +39,7 @@ impl RemoteUrl {
             reason: reason.to_string(),
         };
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
-            bad("expected s3://, webdav+http(s)://, http(s)://, file:// or grpc://")
+            bad("expected s3://, webdav+http(s)://, http(s)://, file://, grpc:// or grpcs://")
         })?;
         match scheme {
             "s3" => {
@@ -88,26 +93,24 @@ impl RemoteUrl {
                     root: PathBuf::from(rest),
                 })
             }
-            "grpc" => {
+            "grpc" | "grpcs" => {
                 let (authority, instance) = rest.split_once('/').unwrap_or((rest, ""));
                 if authority.is_empty() {
-                    return Err(bad("no host:port after grpc://"));
+                    return Err(bad(&format!("no host:port after {scheme}://")));
                 }
                 if authority.contains('@') || rest.contains(['?', '#']) {
-                    return Err(bad(
-                        "credentials, a query or a fragment are not supported in a grpc:// URL",
-                    ));
+                    return Err(bad(&format!(
+                        "credentials, a query or a fragment are not supported in a {scheme}:// URL"
+                    )));
                 }
                 Ok(RemoteUrl::Grpc {
                     authority: authority.to_string(),
                     instance: instance.trim_matches('/').to_string(),
+                    tls: scheme == "grpcs",
                 })
             }
-            "grpcs" => Err(bad(
-                "grpcs:// (TLS) is not supported yet; use grpc:// (plain HTTP/2), through a TLS tunnel or proxy if the server is not on a trusted network",
-            )),
             other => Err(bad(&format!(
-                "unknown scheme {other:?}; expected s3, webdav+http, webdav+https, http, https, file or grpc"
+                "unknown scheme {other:?}; expected s3, webdav+http, webdav+https, http, https, file, grpc or grpcs"
             ))),
         }
     }
@@ -124,11 +127,16 @@ impl fmt::Display for RemoteUrl {
             RemoteUrl::Grpc {
                 authority,
                 instance,
-            } if instance.is_empty() => write!(f, "grpc://{authority}"),
-            RemoteUrl::Grpc {
-                authority,
-                instance,
-            } => write!(f, "grpc://{authority}/{instance}"),
+                tls,
+            } => {
+                let scheme = if *tls { "grpcs" } else { "grpc" };
+                write!(f, "{scheme}://{authority}")?;
+                if instance.is_empty() {
+                    Ok(())
+                } else {
+                    write!(f, "/{instance}")
+                }
+            }
         }
     }
 }
@@ -195,22 +203,33 @@ mod tests {
             RemoteUrl::Grpc {
                 authority: "127.0.0.1:8980".into(),
                 instance: "team/main".into(),
+                tls: false,
             }
         );
         assert_eq!(grpc.to_string(), "grpc://127.0.0.1:8980/team/main");
         let default_instance = RemoteUrl::parse("grpc://cache.lan:9092").unwrap();
         assert_eq!(default_instance.to_string(), "grpc://cache.lan:9092");
+        let tls = RemoteUrl::parse("grpcs://cache.lan:443/team").unwrap();
+        assert_eq!(
+            tls,
+            RemoteUrl::Grpc {
+                authority: "cache.lan:443".into(),
+                instance: "team".into(),
+                tls: true,
+            }
+        );
+        assert_eq!(tls.to_string(), "grpcs://cache.lan:443/team");
     }
 
     #[test]
     fn rejects_with_a_reason_and_hides_passwords() {
         let cases = [
-            ("bucket/x", "failed to parse remote cache URL \"bucket/x\": expected s3://, webdav+http(s)://, http(s)://, file:// or grpc://"),
+            ("bucket/x", "failed to parse remote cache URL \"bucket/x\": expected s3://, webdav+http(s)://, http(s)://, file://, grpc:// or grpcs://"),
             ("s3:///x", "failed to parse remote cache URL \"s3:///x\": no bucket name after s3://"),
             ("file://rel/x", "failed to parse remote cache URL \"file://rel/x\": expected an absolute path: file:///path"),
-            ("gs://b", "failed to parse remote cache URL \"gs://b\": unknown scheme \"gs\"; expected s3, webdav+http, webdav+https, http, https, file or grpc"),
+            ("gs://b", "failed to parse remote cache URL \"gs://b\": unknown scheme \"gs\"; expected s3, webdav+http, webdav+https, http, https, file, grpc or grpcs"),
             ("grpc:///inst", "failed to parse remote cache URL \"grpc:///inst\": no host:port after grpc://"),
-            ("grpcs://h:1", "failed to parse remote cache URL \"grpcs://h:1\": grpcs:// (TLS) is not supported yet; use grpc:// (plain HTTP/2), through a TLS tunnel or proxy if the server is not on a trusted network"),
+            ("grpcs:///i", "failed to parse remote cache URL \"grpcs:///i\": no host:port after grpcs://"),
             ("http://u:secret@/x", "failed to parse remote cache URL \"http://u:***@/x\": no host"),
         ];
         for (url, msg) in cases {

@@ -163,7 +163,7 @@ fn bad_input_names_the_place_to_fix() {
     );
     assert_eq!(
         std::error::Error::source(&err).unwrap().to_string(),
-        "failed to parse remote cache URL \"gs://b\": unknown scheme \"gs\"; expected s3, webdav+http, webdav+https, http, https, file or grpc"
+        "failed to parse remote cache URL \"gs://b\": unknown scheme \"gs\"; expected s3, webdav+http, webdav+https, http, https, file, grpc or grpcs"
     );
 
     assert_eq!(

@@ -3,12 +3,14 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
 use heddle_cache::{Digest, OutputEntry};
 use heddle_remote::{
-    fetch_action, fetch_blob, push_action, upload_blob, RemoteError, Timeouts, REAPI_BATCH_MAX,
+    fetch_action, fetch_blob, push_action, upload_blob, ReapiCache, ReapiTls, RemoteError,
+    RemoteUrl, Timeouts, REAPI_BATCH_MAX, REAPI_CA_FILE_VAR,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -20,6 +22,57 @@ async fn round_trip_into_an_empty_store() {
     // tree's files and the manifest the batch path.
     const { assert!(REAPI_BATCH_MAX < 3 * 1024 * 1024) };
     case_round_trip(reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts())).await;
+}
+
+/// `grpcs://`: the round trip over TLS when the team's CA is named, and a clear failure (the
+/// certificate, not a timeout) when the server's certificate chains to nothing trusted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcs_round_trips_with_the_teams_ca_and_refuses_an_untrusted_server() {
+    let Some(server) = start_buildgrid_tls() else {
+        return;
+    };
+    let ca = server.dir.path().join("tls/ca.crt");
+    let url = format!("grpcs://127.0.0.1:{}/{REAPI_INSTANCE}", server.port);
+    let open = |ca: Option<&std::path::Path>| {
+        let RemoteUrl::Grpc {
+            authority,
+            instance,
+            tls: true,
+        } = RemoteUrl::parse(&url).unwrap()
+        else {
+            panic!("{url} is a grpcs URL")
+        };
+        let env = |k: &str| {
+            ca.filter(|_| k == REAPI_CA_FILE_VAR)
+                .map(|p| p.display().to_string())
+        };
+        let tls = ReapiTls::from_env(&env);
+        Arc::new(
+            ReapiCache::open(
+                &authority,
+                &instance,
+                Some(tls),
+                url.clone(),
+                reapi_timeouts(),
+            )
+            .unwrap(),
+        ) as Arc<dyn heddle_remote::RemoteBackend>
+    };
+    case_round_trip(open(Some(&ca))).await;
+
+    let a = local();
+    let entry = make_action(&a, 9, 1000);
+    let err = push_action(&*open(None), &a.store, &entry)
+        .await
+        .unwrap_err();
+    let mut chain = err.to_string();
+    let mut cause = std::error::Error::source(&err);
+    while let Some(c) = cause {
+        chain += &format!("\n  caused by: {c}");
+        cause = c.source();
+    }
+    eprintln!("untrusted grpcs server: {chain}");
+    assert!(chain.contains("certificate"), "{chain}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -196,10 +196,106 @@ pub const REAPI_INSTANCE: &str = "team";
 /// A BuildGrid server (CAS, ByteStream and ActionCache, on instances "" and [`REAPI_INSTANCE`])
 /// on 127.0.0.1, or `None` when skipped.
 pub fn start_buildgrid(storage: BlobStorage) -> Option<Server> {
+    start_buildgrid_with(storage, false)
+}
+
+/// A BuildGrid server that speaks TLS only (`grpcs://`), its certificate for 127.0.0.1 signed
+/// by a CA made for the test: `<server dir>/tls/ca.crt`, which no system trusts.
+pub fn start_buildgrid_tls() -> Option<Server> {
+    start_buildgrid_with(BlobStorage::Memory, true)
+}
+
+/// Make `dir/ca.crt` and a server key and certificate for IP 127.0.0.1 it signs (openssl).
+fn make_test_ca(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let ext = dir.join("server.ext");
+    std::fs::write(
+        &ext,
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    for args in [
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=heddle test CA",
+            ],
+        ]
+        .concat(),
+        &[
+            &["req"][..],
+            &ec,
+            &[
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=127.0.0.1",
+            ],
+        ]
+        .concat(),
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+        ][..]
+            .to_vec(),
+    ] {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+fn start_buildgrid_with(storage: BlobStorage, tls: bool) -> Option<Server> {
     let bgd = require("BuildGrid 0.4.4 (REAPI test server)", bgd_path())?;
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
+    let channel = if tls {
+        make_test_ca(&d.join("tls"));
+        format!(
+            "insecure-mode: false\n    credentials:\n      tls-server-key: {0}/tls/server.key\n      tls-server-cert: {0}/tls/server.crt",
+            d.display()
+        )
+    } else {
+        "insecure-mode: true".to_string()
+    };
     let store = match storage {
         BlobStorage::Memory => "!lru-storage &cas\n    size: 1GB".to_string(),
         BlobStorage::Disk => format!("!disk-storage &cas\n    path: {}/store", d.display()),
@@ -208,7 +304,7 @@ pub fn start_buildgrid(storage: BlobStorage) -> Option<Server> {
         r#"server:
   - !channel
     address: "127.0.0.1:{port}"
-    insecure-mode: true
+    {channel}
 authorization:
   method: none
 monitoring:
@@ -298,11 +394,13 @@ pub fn reapi_remote(server: &Server, instance: &str, timeouts: Timeouts) -> Arc<
     let RemoteUrl::Grpc {
         authority,
         instance,
+        tls,
     } = RemoteUrl::parse(&url).unwrap()
     else {
         panic!("{url} is a grpc URL")
     };
-    Arc::new(ReapiCache::open(&authority, &instance, url, timeouts).unwrap())
+    assert!(!tls);
+    Arc::new(ReapiCache::open(&authority, &instance, None, url, timeouts).unwrap())
 }
 
 // ------------------------------------------------------------------ stores and actions
