@@ -31,6 +31,16 @@ use heddle_remote::{
 
 /// The workspace root, whether this file is compiled into heddle-remote's tests or (through
 /// `#[path]`) into the binary's end-to-end tests.
+/// Run `cmd` to the end and fail the test, with its stderr, unless it succeeds.
+pub fn run_ok(cmd: &mut Command, what: &str) {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 pub fn repo_root() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     if dir.join("remote").is_dir() {

@@ -40,14 +40,9 @@ pub fn boto(server: &Server, code: &str) {
         "import boto3\ns3 = boto3.client('s3', endpoint_url='http://127.0.0.1:{}', region_name='us-east-1', aws_access_key_id='test', aws_secret_access_key='test')\n{code}\n",
         server.port
     );
-    let out = Command::new(venv().join("bin/python"))
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "boto3 failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new(venv().join("bin/python")).args(["-c", &script]),
+        "boto3",
     );
 }
 
@@ -269,15 +264,9 @@ fn make_test_ca(dir: &Path) {
         ][..]
             .to_vec(),
     ] {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
+        run_ok(
+            Command::new("openssl").args(args.iter()).current_dir(dir),
+            &format!("openssl {args:?}"),
         );
     }
 }
