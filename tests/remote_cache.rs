@@ -261,6 +261,26 @@ fn a_grpcs_remote_whose_ca_file_cannot_be_read_is_a_user_error() {
 }
 
 #[test]
+fn a_remote_header_without_a_name_is_a_user_error_that_does_not_print_it() {
+    let p = engineer();
+    let r: Run = p
+        .cmd(&["run", "--remote-cache", "grpc://127.0.0.1:1/main"])
+        .env("HEDDLE_REMOTE_HEADERS", "s3cr3t-token")
+        .output()
+        .unwrap()
+        .into();
+    let r = r.code(2);
+    assert!(
+        r.stderr.contains(
+            "failed to read the headers for remote cache grpc://127.0.0.1:1/main: an entry of HEDDLE_REMOTE_HEADERS has no `=`: expected name=value"
+        ),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("s3cr3t"), "{}", r.stderr);
+}
+
+#[test]
 fn an_unknown_remote_scheme_is_a_user_error() {
     let p = engineer();
     let r = p

@@ -23,6 +23,9 @@ pub enum RemoteError {
         #[source]
         source: std::io::Error,
     },
+    /// `HEDDLE_REMOTE_HEADERS` could not be read; the reason never holds a value.
+    #[error("failed to read the headers for remote cache {remote}: {reason}")]
+    BadHeader { remote: String, reason: String },
     /// tonic refused the TLS settings of a `grpcs://` remote.
     #[error("failed to set up TLS for remote cache {remote}")]
     TlsSetup {

@@ -82,7 +82,8 @@ pub use download::{fetch_action, fetch_blob, FetchReport};
 pub use error::RemoteError;
 pub use opendal_backend::OpendalCache;
 pub use reapi::{
-    ReapiCache, ReapiTls, BATCH_MAX as REAPI_BATCH_MAX, CA_FILE_VAR as REAPI_CA_FILE_VAR,
+    ReapiCache, ReapiHeaders, ReapiOptions, ReapiTls, BATCH_MAX as REAPI_BATCH_MAX,
+    CA_FILE_VAR as REAPI_CA_FILE_VAR, HEADERS_VAR as REAPI_HEADERS_VAR,
 };
 pub use remote_cache::{PushOutcome, RemoteCache};
 pub use upload::{push_action, upload_blob, PushReport};
@@ -101,13 +102,10 @@ pub fn open_backend(
         tls,
     } = &settings.url
     {
-        let tls = tls.then(|| ReapiTls::from_env(env));
+        let name = settings.url.to_string();
+        let options = ReapiOptions::from_env(*tls, env, &name)?;
         return Ok(Arc::new(ReapiCache::open(
-            authority,
-            instance,
-            tls,
-            settings.url.to_string(),
-            timeouts,
+            authority, instance, options, name, timeouts,
         )?));
     }
     Ok(Arc::new(OpendalCache::open(

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use heddle_cache::{Digest, OutputEntry};
 use heddle_remote::{
-    fetch_action, fetch_blob, push_action, upload_blob, ReapiCache, ReapiTls, RemoteError,
-    RemoteUrl, Timeouts, REAPI_BATCH_MAX, REAPI_CA_FILE_VAR,
+    fetch_action, fetch_blob, push_action, upload_blob, ReapiCache, ReapiOptions, RemoteError,
+    RemoteUrl, Timeouts, REAPI_BATCH_MAX, REAPI_CA_FILE_VAR, REAPI_HEADERS_VAR,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -46,12 +46,12 @@ async fn grpcs_round_trips_with_the_teams_ca_and_refuses_an_untrusted_server() {
             ca.filter(|_| k == REAPI_CA_FILE_VAR)
                 .map(|p| p.display().to_string())
         };
-        let tls = ReapiTls::from_env(&env);
+        let options = ReapiOptions::from_env(true, &env, &url).unwrap();
         Arc::new(
             ReapiCache::open(
                 &authority,
                 &instance,
-                Some(tls),
+                options,
                 url.clone(),
                 reapi_timeouts(),
             )
@@ -73,6 +73,55 @@ async fn grpcs_round_trips_with_the_teams_ca_and_refuses_an_untrusted_server() {
     }
     eprintln!("untrusted grpcs server: {chain}");
     assert!(chain.contains("certificate"), "{chain}");
+}
+
+/// A server that requires a JWT bearer token: the round trip with `authorization=Bearer …` in
+/// `HEDDLE_REMOTE_HEADERS`, and `UNAUTHENTICATED` without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_carry_a_bearer_token_to_a_server_that_requires_one() {
+    let Some(server) = start_buildgrid_jwt() else {
+        return;
+    };
+    let url = format!("grpc://127.0.0.1:{}/{REAPI_INSTANCE}", server.port);
+    let open = |headers: Option<String>| {
+        let env = |k: &str| headers.clone().filter(|_| k == REAPI_HEADERS_VAR);
+        let options = ReapiOptions::from_env(false, &env, &url).unwrap();
+        let authority = format!("127.0.0.1:{}", server.port);
+        Arc::new(
+            ReapiCache::open(
+                &authority,
+                REAPI_INSTANCE,
+                options,
+                url.clone(),
+                reapi_timeouts(),
+            )
+            .unwrap(),
+        ) as Arc<dyn heddle_remote::RemoteBackend>
+    };
+    let token = make_test_jwt(JWT_SECRET);
+    case_round_trip(open(Some(format!("authorization=Bearer {token}")))).await;
+
+    let a = local();
+    let entry = make_action(&a, 10, 1000);
+    let err = push_action(&*open(None), &a.store, &entry)
+        .await
+        .unwrap_err();
+    let RemoteError::Grpc { source, .. } = &err else {
+        panic!("expected a gRPC status, got {err:?}")
+    };
+    assert_eq!(source.code(), tonic::Code::Unauthenticated, "{source:?}");
+    let wrong = make_test_jwt("another secret");
+    let err = push_action(
+        &*open(Some(format!("authorization=Bearer {wrong}"))),
+        &a.store,
+        &entry,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, RemoteError::Grpc { source, .. } if source.code() == tonic::Code::Unauthenticated),
+        "{err:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

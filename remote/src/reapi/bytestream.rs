@@ -5,7 +5,6 @@ use bytes::Bytes;
 use futures_util::{stream, StreamExt};
 use heddle_cache::Digest;
 use tokio::sync::mpsc;
-use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use super::call::CallSite;
@@ -23,7 +22,7 @@ const WRITE_QUEUE: usize = 2;
 
 /// Where a ByteStream call goes and how long it may take.
 pub(super) struct Target<'a> {
-    pub channel: &'a Channel,
+    pub channel: &'a super::connect::Transport,
     pub instance: &'a str,
     pub remote: &'a str,
     pub timeouts: Timeouts,

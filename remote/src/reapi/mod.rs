@@ -21,11 +21,13 @@
 //! recognises, so the run degrades to local work as with the other backends.
 //!
 //! `grpc://` is plain HTTP/2; `grpcs://` is TLS (rustls), trusting the system's roots and a
-//! team's CA file ([`ReapiTls`]). No client certificates and no auth headers yet.
+//! team's CA file; every call can carry headers such as a bearer token or an API key
+//! ([`connect`]). No client certificates yet.
 
 mod action;
 mod bytestream;
 mod call;
+mod connect;
 mod names;
 mod proto;
 
@@ -36,12 +38,12 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
 use heddle_cache::Digest;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 
 use self::action::{action_key, action_result, stored_entry, ENTRY_PATH};
 use self::bytestream::Target;
 use self::call::{request, CallSite};
+use self::connect::Transport;
 use self::names::reapi_digest;
 use self::proto::build::bazel::remote::execution::v2 as re;
 use self::proto::build::bazel::remote::execution::v2::action_cache_client::ActionCacheClient;
@@ -50,6 +52,7 @@ use crate::backend::{BlobStream, RemoteBackend, Timeouts};
 use crate::RemoteError;
 
 pub(crate) use self::call::is_unavailable_code;
+pub use self::connect::{ReapiHeaders, ReapiOptions, ReapiTls, CA_FILE_VAR, HEADERS_VAR};
 
 /// Blobs up to this size go in one batch call; larger ones stream over ByteStream. Well under
 /// gRPC's default 4 MiB message limit, which servers apply to batch requests too.
@@ -60,41 +63,8 @@ const MAX_ENTRY_BYTES: u64 = 16 * 1024 * 1024;
 /// this many so a long run's memory stays bounded.
 const MAX_REMEMBERED_SIZES: usize = 100_000;
 
-/// The environment variable naming a PEM file of CA certificates a `grpcs://` remote's
-/// certificate may chain to, besides the system's (a team's own CA, a self-signed server).
-pub const CA_FILE_VAR: &str = "HEDDLE_REMOTE_CA_FILE";
-
-/// How a `grpcs://` remote is trusted: the platform's root certificates (rustls-native-certs:
-/// the system store, or the file `SSL_CERT_FILE` names), plus the file [`CA_FILE_VAR`] names.
-/// The server's name is checked against the host in the URL.
-#[derive(Debug, Clone, Default)]
-pub struct ReapiTls {
-    pub extra_ca: Option<std::path::PathBuf>,
-}
-
-impl ReapiTls {
-    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> ReapiTls {
-        ReapiTls {
-            extra_ca: env(CA_FILE_VAR).filter(|v| !v.is_empty()).map(Into::into),
-        }
-    }
-
-    fn client_config(&self, remote: &str) -> Result<ClientTlsConfig, RemoteError> {
-        let mut config = ClientTlsConfig::new().with_native_roots();
-        if let Some(path) = &self.extra_ca {
-            let pem = std::fs::read(path).map_err(|source| RemoteError::TlsCa {
-                path: path.clone(),
-                remote: remote.to_string(),
-                source,
-            })?;
-            config = config.ca_certificate(Certificate::from_pem(pem));
-        }
-        Ok(config)
-    }
-}
-
 pub struct ReapiCache {
-    channel: Channel,
+    channel: Transport,
     instance: String,
     name: String,
     timeouts: Timeouts,
@@ -106,39 +76,17 @@ pub struct ReapiCache {
 
 impl ReapiCache {
     /// Connect lazily (no request is made here) to the REAPI server at `authority`
-    /// (`host:port`), instance `instance` (may be empty); over TLS when `tls` is given.
+    /// (`host:port`), instance `instance` (may be empty), over TLS and with the headers
+    /// `options` asks for.
     pub fn open(
         authority: &str,
         instance: &str,
-        tls: Option<ReapiTls>,
+        options: ReapiOptions,
         name: String,
         timeouts: Timeouts,
     ) -> Result<ReapiCache, RemoteError> {
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let mut endpoint =
-            Endpoint::from_shared(format!("{scheme}://{authority}")).map_err(|e| {
-                RemoteError::BadUrl {
-                    url: name.clone(),
-                    reason: e.to_string(),
-                }
-            })?;
-        if let Some(tls) = tls {
-            endpoint = endpoint
-                .tls_config(tls.client_config(&name)?)
-                .map_err(|source| RemoteError::TlsSetup {
-                    remote: name.clone(),
-                    source,
-                })?;
-        }
-        let endpoint = endpoint
-            .connect_timeout(timeouts.request)
-            .tcp_nodelay(true)
-            // A connection whose peer vanished (a server host that died without closing it)
-            // is noticed within the idle timeout, not at the next TCP retransmit limit.
-            .http2_keep_alive_interval(timeouts.idle)
-            .keep_alive_timeout(timeouts.idle);
         Ok(ReapiCache {
-            channel: endpoint.connect_lazy(),
+            channel: connect::transport(authority, options, &name, timeouts)?,
             instance: instance.to_string(),
             name,
             timeouts,
@@ -164,7 +112,7 @@ impl ReapiCache {
         }
     }
 
-    fn cas(&self) -> ContentAddressableStorageClient<Channel> {
+    fn cas(&self) -> ContentAddressableStorageClient<Transport> {
         ContentAddressableStorageClient::new(self.channel.clone())
     }
 

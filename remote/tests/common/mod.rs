@@ -25,20 +25,21 @@ use std::time::{Duration, Instant};
 
 use heddle_cache::{ActionEntry, Digest, OutputEntry, Store};
 use heddle_remote::{
-    fetch_action, push_action, FetchReport, OpendalCache, ReapiCache, RemoteBackend, RemoteError,
-    RemoteUrl, S3Settings, Timeouts,
+    fetch_action, push_action, FetchReport, OpendalCache, ReapiCache, ReapiOptions, RemoteBackend,
+    RemoteError, RemoteUrl, S3Settings, Timeouts,
 };
 
 /// The workspace root, whether this file is compiled into heddle-remote's tests or (through
 /// `#[path]`) into the binary's end-to-end tests.
 /// Run `cmd` to the end and fail the test, with its stderr, unless it succeeds.
-pub fn run_ok(cmd: &mut Command, what: &str) {
+pub fn run_ok(cmd: &mut Command, what: &str) -> std::process::Output {
     let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
         "{what} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    out
 }
 
 pub fn repo_root() -> PathBuf {

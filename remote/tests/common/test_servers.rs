@@ -191,13 +191,36 @@ pub const REAPI_INSTANCE: &str = "team";
 /// A BuildGrid server (CAS, ByteStream and ActionCache, on instances "" and [`REAPI_INSTANCE`])
 /// on 127.0.0.1, or `None` when skipped.
 pub fn start_buildgrid(storage: BlobStorage) -> Option<Server> {
-    start_buildgrid_with(storage, false)
+    start_buildgrid_with(storage, false, false)
 }
 
 /// A BuildGrid server that speaks TLS only (`grpcs://`), its certificate for 127.0.0.1 signed
 /// by a CA made for the test: `<server dir>/tls/ca.crt`, which no system trusts.
 pub fn start_buildgrid_tls() -> Option<Server> {
-    start_buildgrid_with(BlobStorage::Memory, true)
+    start_buildgrid_with(BlobStorage::Memory, true, false)
+}
+
+/// The HS256 secret [`start_buildgrid_jwt`] checks tokens against.
+pub const JWT_SECRET: &str = "heddle-test-secret";
+
+/// A BuildGrid server (plain HTTP/2) that refuses any call without a JWT bearer token signed
+/// with [`JWT_SECRET`], localhost included.
+pub fn start_buildgrid_jwt() -> Option<Server> {
+    start_buildgrid_with(BlobStorage::Memory, false, true)
+}
+
+/// A JWT for [`start_buildgrid_jwt`]'s server, valid for an hour, made by the PyJWT that
+/// BuildGrid itself uses.
+pub fn make_test_jwt(secret: &str) -> String {
+    let out = run_ok(
+        Command::new(reapi_venv().join("bin/python")).args([
+            "-c",
+            "import jwt, sys, time; print(jwt.encode({'sub': 'heddle-test', 'exp': int(time.time()) + 3600}, sys.argv[1], algorithm='HS256'))",
+            secret,
+        ]),
+        "pyjwt",
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
 /// Make `dir/ca.crt` and a server key and certificate for IP 127.0.0.1 it signs (openssl).
@@ -271,7 +294,7 @@ fn make_test_ca(dir: &Path) {
     }
 }
 
-fn start_buildgrid_with(storage: BlobStorage, tls: bool) -> Option<Server> {
+fn start_buildgrid_with(storage: BlobStorage, tls: bool, jwt: bool) -> Option<Server> {
     let bgd = require("BuildGrid 0.4.4 (REAPI test server)", bgd_path())?;
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();
@@ -285,6 +308,15 @@ fn start_buildgrid_with(storage: BlobStorage, tls: bool) -> Option<Server> {
     } else {
         "insecure-mode: true".to_string()
     };
+    let authorization = if jwt {
+        std::fs::write(d.join("jwt.secret"), JWT_SECRET).unwrap();
+        format!(
+            "method: jwt\n  secret: {}/jwt.secret\n  algorithm: hs256\n  allow-localhost-requests: false",
+            d.display()
+        )
+    } else {
+        "method: none".to_string()
+    };
     let store = match storage {
         BlobStorage::Memory => "!lru-storage &cas\n    size: 1GB".to_string(),
         BlobStorage::Disk => format!("!disk-storage &cas\n    path: {}/store", d.display()),
@@ -295,7 +327,7 @@ fn start_buildgrid_with(storage: BlobStorage, tls: bool) -> Option<Server> {
     address: "127.0.0.1:{port}"
     {channel}
 authorization:
-  method: none
+  {authorization}
 monitoring:
   enabled: false
 storages:
@@ -389,7 +421,16 @@ pub fn reapi_remote(server: &Server, instance: &str, timeouts: Timeouts) -> Arc<
         panic!("{url} is a grpc URL")
     };
     assert!(!tls);
-    Arc::new(ReapiCache::open(&authority, &instance, None, url, timeouts).unwrap())
+    Arc::new(
+        ReapiCache::open(
+            &authority,
+            &instance,
+            ReapiOptions::default(),
+            url,
+            timeouts,
+        )
+        .unwrap(),
+    )
 }
 
 // ------------------------------------------------------------------ stores and actions
