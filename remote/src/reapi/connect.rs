@@ -74,18 +74,24 @@ impl ReapiHeaders {
                 )));
             };
             let name = name.trim().to_ascii_lowercase();
-            let key = AsciiMetadataKey::from_bytes(name.as_bytes())
-                .map_err(|_| bad(format!("{name:?} is not a header name")))?;
             if name.ends_with("-bin") {
                 return Err(bad(format!(
                     "{name:?}: binary (-bin) headers are not supported"
                 )));
             }
-            let value = AsciiMetadataValue::try_from(value.trim()).map_err(|_| {
-                bad(format!(
-                    "the value of header {name:?} is not printable ASCII"
-                ))
-            })?;
+            let key = AsciiMetadataKey::from_bytes(name.as_bytes())
+                .map_err(|_| bad(format!("{name:?} is not a header name")))?;
+            let value = value.trim();
+            // `http` lets bytes over 0x7f through; a token or key is printable ASCII.
+            let printable = value.bytes().all(|b| (b' '..=b'~').contains(&b));
+            let value = AsciiMetadataValue::try_from(value)
+                .ok()
+                .filter(|_| printable)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "the value of header {name:?} is not printable ASCII"
+                    ))
+                })?;
             headers.push((key, value));
         }
         Ok(ReapiHeaders(Arc::new(headers)))
