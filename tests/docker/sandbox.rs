@@ -293,3 +293,54 @@ outputs = {{ blob = "blob.bin" }}
         assert!(copy == blob, "{stage}: the copy differs from the input");
     }
 }
+
+/// `--jobs 1` bounds what runs here, not what runs on a configured host: a stage placed on the
+/// TCP host runs while a host stage holds the one local slot (their intervals, read from
+/// `/proc/uptime` inside each, overlap).
+#[test]
+fn a_placed_stage_takes_no_local_job_slot() {
+    let Some((_d, _gc)) = engine_or_skip("a_placed_stage_takes_no_local_job_slot") else {
+        return;
+    };
+    let tcp = crate::support::docker::engine_over_tcp();
+    let p = Project::new();
+    p.file(
+        ".heddle/hosts.toml",
+        &format!("[hosts.far]\ndocker = \"{tcp}\"\npools = {{ hailo = 1 }}\n"),
+    );
+    let interval = "cut -d' ' -f1 /proc/uptime > {{ out.start }}; sleep 3; cut -d' ' -f1 /proc/uptime > {{ out.end }}";
+    p.file(
+        "p.toml",
+        &format!(
+            r#"
+[pipeline]
+name = "slots"
+[resources]
+hailo = 1
+[stages.here]
+run = "{interval}"
+outputs = {{ start = "start", end = "end" }}
+[stages.far]
+image = "{BUSYBOX}"
+resources = {{ hailo = 1 }}
+run = "{interval}"
+outputs = {{ start = "start", end = "end" }}
+"#
+        ),
+    );
+    p.run("p.toml", &["--jobs", "1"]).ok();
+    let at = |stage: &str, edge: &str| -> f64 {
+        p.read(&format!("out/slots/{stage}/{edge}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let (here, far) = (
+        (at("here", "start"), at("here", "end")),
+        (at("far", "start"), at("far", "end")),
+    );
+    assert!(
+        here.0 < far.1 && far.0 < here.1,
+        "ran one after the other: here {here:?}, far {far:?}"
+    );
+}

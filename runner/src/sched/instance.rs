@@ -192,14 +192,14 @@ async fn why_it_runs(sh: &Shared, id: usize, parts: &KeyParts) -> Reason {
 }
 
 /// What a running instance holds until it ends: resource units, host-wide units, the units
-/// of the configured host it was placed on, a job slot.
+/// of the configured host it was placed on, and a job slot unless it was placed.
 struct Held<'a> {
     _permits: Vec<SemaphorePermit<'a>>,
     _host_units: Vec<HostUnits>,
     _placed: Vec<SemaphorePermit<'a>>,
     /// The configured host it runs on, for a placed stage.
     host: Option<String>,
-    _job: SemaphorePermit<'a>,
+    _job: Option<SemaphorePermit<'a>>,
 }
 
 /// Resource units first, then a job slot, in a fixed order so waiters cannot deadlock. An
@@ -236,9 +236,15 @@ async fn hold_resources(sh: &Shared, id: usize) -> Result<Held<'_>, StatusRecord
             _ = sh.cancel.graceful.cancelled() => return Err(stopped()),
         }
     };
-    let job = tokio::select! {
-        p = sh.jobs.acquire() => p.expect("jobs open"),
-        _ = sh.cancel.graceful.cancelled() => return Err(stopped()),
+    // `--jobs` bounds what runs here. A placed instance runs on its host's engine, bounded by
+    // that host's pools (taken above), so it takes no local slot: a GPU box's stage does not
+    // wait behind the laptop's own work.
+    let job = match host {
+        Some(_) => None,
+        None => tokio::select! {
+            p = sh.jobs.acquire() => Some(p.expect("jobs open")),
+            _ = sh.cancel.graceful.cancelled() => return Err(stopped()),
+        },
     };
     Ok(Held {
         _permits: permits,
