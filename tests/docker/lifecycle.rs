@@ -209,3 +209,50 @@ fn gc_containers_removes_what_a_crashed_run_left() {
     assert_eq!(d.count("heddle.run", &run), 0);
     assert_eq!(d.count("heddle.test.gc", &mark), 0);
 }
+
+/// `gc --containers` cleans every engine `hosts.toml` configures, not only the default one:
+/// with the default engine unreachable, a leftover is still removed through a configured host
+/// (here the same engine over its socket), and the engine it could not reach is reported with
+/// exit code 2.
+#[test]
+fn gc_containers_cleans_each_configured_host_and_reports_an_unreachable_engine() {
+    let _exclusive = GC.write().unwrap_or_else(|e| e.into_inner());
+    let Some(d) = DOCKER.get_or_init(setup).as_ref().ok() else {
+        let _ = engine_or_skip("gc_containers_cleans_each_configured_host");
+        return;
+    };
+    let p = Project::new();
+    p.file(
+        ".heddle/hosts.toml",
+        "[hosts.near]\ndocker = \"unix:///var/run/docker.sock\"\npools = { gpu = 1 }\n",
+    );
+    let mark = unique("gc-host");
+    docker::cli(&[
+        "run",
+        "-d",
+        "--label",
+        "heddle.managed=true",
+        "--label",
+        &format!("heddle.test.gc={mark}"),
+        BUSYBOX,
+        "sleep",
+        "300",
+    ]);
+    assert_eq!(d.count("heddle.test.gc", &mark), 1);
+    let dead = "unix:///nonexistent/docker.sock";
+    let r: crate::support::Run = p
+        .cmd(&["gc", "--containers"])
+        .env("DOCKER_HOST", dead)
+        .output()
+        .unwrap()
+        .into();
+    let r = r.code(2);
+    assert!(
+        r.stdout.lines().any(|l| l.starts_with("removed ")
+            && l.ends_with(" on host near (unix:///var/run/docker.sock)")),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stderr.contains(dead), "{}", r.stderr);
+    assert_eq!(d.count("heddle.test.gc", &mark), 0);
+}
