@@ -132,9 +132,10 @@ impl Upstream for Known {
     }
 }
 
-/// A preview of every instance. `keep_parts` keeps each row's expanded key (`heddle lock` writes
-/// them); without it a row holds its digest only, so a million-instance preview does not hold
-/// a million expanded keys.
+/// A preview of every instance. `keep_parts` keeps each row's expanded key and a hit's outputs
+/// (`heddle lock` writes them); without it a row holds its digest only, so a million-instance
+/// preview does not hold a million expanded keys, nor a second copy of every hit's outputs
+/// (a one-entry `BTreeMap` allocates a whole node, about 1 KiB).
 pub fn preview(
     ctx: &Context,
     opts: &RunOptions,
@@ -151,7 +152,9 @@ pub fn preview(
             Some(reason) => (PlanRow::keyless(&plan.instances[id].label, reason), None),
             None => predict(ctx, opts, history, &known, id),
         };
-        if !keep_parts {
+        if keep_parts {
+            row.outputs = k.as_ref().filter(|_| row.cached).map(|k| k.outputs.clone());
+        } else {
             row.parts = None;
         }
         if !row.cached {
@@ -217,11 +220,10 @@ fn predict(
             // Without its matrix: a preview only feeds statuses to keys, which do not hold it,
             // and a copy per instance adds up in a large preview.
             status: StatusRecord::ok(&inst.label, BTreeMap::new()),
-            outputs: outputs.clone(),
+            outputs,
         };
         let mut row = PlanRow::keyed(&inst.label, true, Reason::Cached, &key, parts);
         row.remote = history.is_remote(&key);
-        row.outputs = Some(outputs);
         return (row, Some(k));
     }
     if let Some(mut status) = history.recorded_failure(&inst.label, &key) {
