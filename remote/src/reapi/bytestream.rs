@@ -28,6 +28,17 @@ pub(super) struct Target<'a> {
     pub timeouts: Timeouts,
 }
 
+impl<'a> Target<'a> {
+    fn site(&self, op: &'static str, object: &'a str) -> CallSite<'a> {
+        CallSite {
+            op,
+            object,
+            remote: self.remote,
+            timeouts: self.timeouts,
+        }
+    }
+}
+
 /// Open blob `digest` for reading: `Ok(None)` when the server does not have it. The first
 /// chunk is awaited here (within the request timeout, retried like any call), so a missing
 /// blob is a miss rather than an error mid-stream; the rest arrive as the caller reads, each
@@ -38,12 +49,7 @@ pub(super) async fn read(
     size: u64,
 ) -> Result<Option<BlobStream>, RemoteError> {
     let object = format!("blob {digest}");
-    let site = CallSite {
-        op: "read",
-        object: &object,
-        remote: target.remote,
-        timeouts: target.timeouts,
-    };
+    let site = target.site("read", &object);
     let resource = read_resource(target.instance, digest, size);
     let opened = site
         .retrying(|| {
@@ -104,12 +110,7 @@ pub(super) async fn write(
     data: BlobStream,
 ) -> Result<(), RemoteError> {
     let object = format!("blob {digest}");
-    let site = CallSite {
-        op: "write",
-        object: &object,
-        remote: target.remote,
-        timeouts: target.timeouts,
-    };
+    let site = target.site("write", &object);
     let (tx, rx) = mpsc::channel::<WriteRequest>(WRITE_QUEUE);
     let requests = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
     let mut client = ByteStreamClient::new(target.channel.clone());
