@@ -19,7 +19,8 @@ use crate::style::{paint, Stream, Tone};
 pub struct RunArgs {
     #[command(flatten)]
     p: PipelineArgs,
-    /// Instances executing at once.
+    /// Instances executing at once on this machine (a stage placed on a configured host is
+    /// bounded by that host's pools instead).
     #[arg(long, short = 'j', default_value_t = default_jobs())]
     jobs: usize,
     /// Finish independent branches after a failure.

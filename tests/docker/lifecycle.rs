@@ -185,18 +185,7 @@ fn gc_containers_removes_what_a_crashed_run_left() {
     );
     // ...and one made by hand with the label stands for any other leftover.
     let mark = unique("gc");
-    docker::cli(&[
-        "run",
-        "-d",
-        "--label",
-        "heddle.managed=true",
-        "--label",
-        &format!("heddle.test.gc={mark}"),
-        BUSYBOX,
-        "sleep",
-        "300",
-    ]);
-    assert_eq!(d.count("heddle.test.gc", &mark), 1);
+    leftover(d, &mark);
 
     let r = p.heddle(&["gc", "--containers"]).ok();
     let n: usize = r
@@ -227,18 +216,7 @@ fn gc_containers_cleans_each_configured_host_and_reports_an_unreachable_engine()
         "[hosts.near]\ndocker = \"unix:///var/run/docker.sock\"\npools = { gpu = 1 }\n",
     );
     let mark = unique("gc-host");
-    docker::cli(&[
-        "run",
-        "-d",
-        "--label",
-        "heddle.managed=true",
-        "--label",
-        &format!("heddle.test.gc={mark}"),
-        BUSYBOX,
-        "sleep",
-        "300",
-    ]);
-    assert_eq!(d.count("heddle.test.gc", &mark), 1);
+    leftover(d, &mark);
     let dead = "unix:///nonexistent/docker.sock";
     let r: crate::support::Run = p
         .cmd(&["gc", "--containers"])
@@ -255,4 +233,21 @@ fn gc_containers_cleans_each_configured_host_and_reports_an_unreachable_engine()
     );
     assert!(r.stderr.contains(dead), "{}", r.stderr);
     assert_eq!(d.count("heddle.test.gc", &mark), 0);
+}
+
+/// A container labelled as heddle's that no run owns (`heddle.test.gc=<mark>`), standing for
+/// any leftover `gc --containers` must remove.
+fn leftover(d: &Docker, mark: &str) {
+    docker::cli(&[
+        "run",
+        "-d",
+        "--label",
+        "heddle.managed=true",
+        "--label",
+        &format!("heddle.test.gc={mark}"),
+        BUSYBOX,
+        "sleep",
+        "300",
+    ]);
+    assert_eq!(d.count("heddle.test.gc", mark), 1);
 }
