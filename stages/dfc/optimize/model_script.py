@@ -40,34 +40,30 @@ def generated(precision, level, compression, batch_size, calibset_size, mode="fu
     return "\n".join(lines) + "\n"
 
 
-def _strip_comment(line):
-    """The line without a `#` comment outside quotes."""
+def _unquoted(text):
+    """(index, character) for each character of `text` outside quotes; the quote characters are not yielded."""
     quote = None
-    for i, ch in enumerate(line):
+    for i, ch in enumerate(text):
         if quote:
             if ch == quote:
                 quote = None
         elif ch in "\"'":
             quote = ch
-        elif ch == "#":
+        else:
+            yield i, ch
+
+
+def _strip_comment(line):
+    """The line without a `#` comment outside quotes."""
+    for i, ch in _unquoted(line):
+        if ch == "#":
             return line[:i]
     return line
 
 
 def _depth(text):
     """Open brackets minus closed ones, outside quotes."""
-    depth, quote = 0, None
-    for ch in text:
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-    return depth
+    return sum((ch in "([{") - (ch in ")]}") for _, ch in _unquoted(text))
 
 
 def statements(text):
@@ -90,23 +86,17 @@ def statements(text):
 
 def split_args(body):
     """Top-level comma split of an argument list (brackets and quotes respected)."""
-    args, cur, depth, quote = [], "", 0, None
-    for ch in body:
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "([{":
+    args, start, depth = [], 0, 0
+    for i, ch in _unquoted(body):
+        if ch in "([{":
             depth += 1
         elif ch in ")]}":
             depth -= 1
         elif ch == "," and depth == 0:
-            args.append(cur.strip())
-            cur = ""
-            continue
-        cur += ch
-    if cur.strip():
-        args.append(cur.strip())
+            args.append(body[start:i].strip())
+            start = i + 1
+    if body[start:].strip():
+        args.append(body[start:].strip())
     return args
 
 
