@@ -121,6 +121,11 @@ class _Ctx:
         self.open = True
 
 
+def _har_property(key):
+    """A read-only ClientRunner property: the HAR's `key` (None while the HAR has none: net_name before translate)."""
+    return property(lambda self: self._m.get(key))
+
+
 class ClientRunner:
     """TEST DOUBLE — not the Hailo SDK."""
 
@@ -158,21 +163,10 @@ class ClientRunner:
             raise ValueError(f"{path} is not a HAR written by the test double")
         self._m = m
 
-    @property
-    def state(self):
-        return self._m["state"]
-
-    @property
-    def hw_arch(self):
-        return self._m["hw_arch"]
-
-    @property
-    def model_name(self):
-        return self._m.get("net_name")
-
-    @property
-    def model_script(self):
-        return self._m["model_script"]
+    state = _har_property("state")
+    hw_arch = _har_property("hw_arch")
+    model_name = _har_property("net_name")
+    model_script = _har_property("model_script")
 
     @property
     def hef(self):
