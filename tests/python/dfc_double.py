@@ -5,7 +5,7 @@ helpers only put it on PYTHONPATH and describe the machine it pretends to run on
 import os
 import sys
 
-from direct import ROOT, run_stage
+from direct import ROOT, run_stage, skipped
 
 PY = sys.executable
 DOUBLE = os.path.join(ROOT, "tests", "images", "dfc-double")
@@ -28,3 +28,15 @@ def authored_and_translated(t, samples=16):
                           inputs={"model": a["onnx"], "meta": a["meta"]}, python=PY, extra_env=double_env(t))
     assert st["status"] == "ok", p.stderr
     return a, tr
+
+
+def contexts_to_run(members, stage, prec, optimized):
+    """(label, context) of each emulation context a `stage` instance runs in after optimize at `prec`:
+    `stage[context=C,precision=P]`, C in SDK_QUANTIZED, SDK_BIT_EXACT. When that optimize failed (`optimized` is its
+    status record) there is none to run: each is added to the gather `members` as skipped, optimize its cause."""
+    for ctx in ["SDK_QUANTIZED", "SDK_BIT_EXACT"]:
+        label = f"{stage}[context={ctx},precision={prec}]"
+        if optimized["status"] == "ok":
+            yield label, ctx
+        else:
+            members.append(({"precision": prec, "context": ctx}, skipped(label, optimized), None))

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from dfc_double import DOUBLE, authored_and_translated, double_env
-from direct import gather, run_stage, skipped
+from dfc_double import DOUBLE, authored_and_translated, contexts_to_run, double_env
+from direct import gather, run_stage
 
 PY = sys.executable
 
@@ -98,11 +98,7 @@ def test_dfc_pipeline_failed_rows(chain, tmp_path):
             assert st_c["status"] == "ok", p.stderr
             assert calls(comp["har"])[-3:] == ["ClientRunner", "compile", "save_har"]
             assert b"TEST DOUBLE" in open(comp["hef"], "rb").read()
-        for ctx in ["SDK_QUANTIZED", "SDK_BIT_EXACT"]:
-            label = f"probe[context={ctx},precision={prec}]"
-            if st_o["status"] != "ok":
-                members.append(({"precision": prec, "context": ctx}, skipped(label, st_o), None))
-                continue
+        for label, ctx in contexts_to_run(members, "probe", prec, st_o):
             st_p, pr, p = run_stage("mezo/probe", label, str(tmp_path / f"p-{prec}-{ctx}"),
                                     inputs={"quant": opt["har"], "float": a["onnx"], "weights": a["weights"],
                                             "calib": a["calib"]},

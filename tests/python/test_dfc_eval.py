@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from dfc_double import double_env
-from direct import STAGES, gather, run_stage, skipped
+from dfc_double import authored_and_translated, contexts_to_run, double_env
+from direct import STAGES, gather, run_stage
 
 PY = sys.executable
 
@@ -40,12 +40,8 @@ def test_saved_outputs_come_to_the_reference_layout(tmp_path):
 
 
 def test_infer_and_eval_against_sdk_native(tmp_path):
-    st, a, p = run_stage("onnx/author", "author", str(tmp_path / "author"), with_={"samples": 16}, python=PY)
-    assert st["status"] == "ok", p.stderr
+    a, tr = authored_and_translated(tmp_path)
     e = env(tmp_path)
-    st, tr, p = run_stage("dfc/translate", "translate", str(tmp_path / "tr"),
-                          inputs={"model": a["onnx"], "meta": a["meta"]}, python=PY, extra_env=e)
-    assert st["status"] == "ok", p.stderr
     heldout = a["calib"]  # 16 samples, float32 NHWC, as calib/images writes its held-out set
     st, native, p = run_stage("dfc/infer", "native", str(tmp_path / "native"),
                               inputs={"har": tr["har"], "heldout": heldout}, with_={"context": "SDK_NATIVE"},
@@ -57,11 +53,7 @@ def test_infer_and_eval_against_sdk_native(tmp_path):
         st_o, opt, p = run_stage("dfc/optimize", f"optimize[precision={prec}]", str(tmp_path / f"o-{prec}"),
                                  inputs={"har": tr["har"], "calib": a["calib"]},
                                  with_={"precision": prec, "calibset_size": 16}, python=PY, extra_env=e)
-        for ctx in ["SDK_QUANTIZED", "SDK_BIT_EXACT"]:
-            label = f"infer[context={ctx},precision={prec}]"
-            if st_o["status"] != "ok":
-                members.append(({"precision": prec, "context": ctx}, skipped(label, st_o), None))
-                continue
+        for label, ctx in contexts_to_run(members, "infer", prec, st_o):
             st, out, p = run_stage("dfc/infer", label, str(tmp_path / f"i-{prec}-{ctx}"),
                                    inputs={"har": opt["har"], "heldout": heldout}, with_={"context": ctx},
                                    python=PY, extra_env=e)
