@@ -1,9 +1,17 @@
-# Sourced by the remote benches: start moto (the S3 test server) on a free 127.0.0.1 port with
-# bucket `bench`, killed (and $work removed) when the bench exits.
-#   start_moto WORK_DIR      sets $port and $moto; exports the AWS_* variables that reach it
-# Needs $venv (target/remote-venv, made by remote/tests/servers.sh).
+# Sourced by the remote benches, from the repository root: the S3 test server they run against
+# and the timing helpers they share.
+#   start_moto NAME   makes $work (target/NAME.XXXXXX) and starts moto on a free 127.0.0.1 port
+#                     with bucket `bench`; sets $work, $port, $moto and $venv, exports the AWS_*
+#                     variables that reach it. moto is killed and $work removed when the bench
+#                     exits.
+#   now               the time in seconds, to subtract
+#   median X...       the median of the numbers
+# moto comes from target/remote-venv, which remote/tests/servers.sh makes (run here: it skips
+# what is already installed).
 start_moto() {
-  local work=$1
+  bash remote/tests/servers.sh >/dev/null
+  venv="$PWD/target/remote-venv"
+  work=$(mktemp -d "$PWD/target/$1.XXXXXX")
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   "$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"$work/moto.log" 2>&1 &
   moto=$!
@@ -13,3 +21,7 @@ start_moto() {
   export AWS_ENDPOINT_URL="http://127.0.0.1:$port" AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench
   "$venv/bin/python" -c "import boto3; boto3.client('s3', endpoint_url='$AWS_ENDPOINT_URL').create_bucket(Bucket='bench')"
 }
+
+now() { date +%s.%N; }
+
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }

@@ -12,15 +12,11 @@ cd "$(dirname "$0")/../.."
 root=$(pwd)
 N=${N:-1000}
 ROUNDS=${ROUNDS:-3}
-bash remote/tests/servers.sh >/dev/null
 cargo build --release --quiet --bin heddle
 bin="${CARGO_TARGET_DIR:-$root/target}/release/heddle"
-venv="$root/target/remote-venv"
-
-work=$(mktemp -d "$root/target/remote-noop.XXXXXX")
 # shellcheck source=benches/remote/moto.sh
 source benches/remote/moto.sh
-start_moto "$work"
+start_moto remote-noop
 export HEDDLE_REMOTE_CACHE=s3://bench/noop
 
 proj="$work/p"
@@ -42,7 +38,6 @@ with open(sys.argv[1], 'w') as f:
 print(f"{len(keys)} objects under s3://bench/noop/", file=sys.stderr)
 EOF
 
-now() { date +%s.%N; }
 local_t=() remote_t=() curl_t=()
 for i in $(seq "$ROUNDS"); do
   rm -rf "$proj/out"
@@ -58,7 +53,6 @@ for i in $(seq "$ROUNDS"); do
   curl_t+=("$(echo "$t1 - $t0" | bc)")
   echo "round $i: local no-op ${local_t[-1]} s, remote-only no-op ${remote_t[-1]} s, curl transfer ${curl_t[-1]} s" >&2
 done
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 l=$(median "${local_t[@]}"); r=$(median "${remote_t[@]}"); c=$(median "${curl_t[@]}")
 echo "no-op of $((N + 1)) instances, median of $ROUNDS; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-44s %8.2f s\n' "local cache, every instance cached" "$l"

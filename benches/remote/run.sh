@@ -9,22 +9,17 @@ cd "$(dirname "$0")/../.."
 root=$(pwd)
 N=${N:-3}
 SIZE_MIB=${SIZE_MIB:-1024}
-bash remote/tests/servers.sh >/dev/null
 cargo build --release --quiet -p heddle-remote --example remote_bench
 bench="${CARGO_TARGET_DIR:-$root/target}/release/examples/remote_bench"
-venv="$root/target/remote-venv"
-
-work=$(mktemp -d "$root/target/remote-bench.XXXXXX")
 # shellcheck source=benches/remote/moto.sh
 source benches/remote/moto.sh
-start_moto "$work"
+start_moto remote-bench
 
 head -c $((SIZE_MIB * 1024 * 1024)) /dev/urandom >"$work/big.bin"
 digest=$("$bench" push s3://bench/p "$work/push-store" "$work/big.bin")
 rm -rf "$work/push-store"
 echo "object: s3://bench/p/cas/$digest ($SIZE_MIB MiB), moto on 127.0.0.1:$port" >&2
 
-now() { date +%s.%N; }
 heddle_times=() curl_times=() verify_times=()
 for i in $(seq "$N"); do
   rm -rf "$work/store" "$work/curl.out"; sync
@@ -39,7 +34,6 @@ for i in $(seq "$N"); do
   verify_times+=("$(echo "$t1 - $t0" | bc)")
   echo "round $i: heddle ${heddle_times[-1]} s, curl ${curl_times[-1]} s, curl | tee | sha256sum ${verify_times[-1]} s" >&2
 done
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 h=$(median "${heddle_times[@]}"); c=$(median "${curl_times[@]}"); v=$(median "${verify_times[@]}")
 printf '%-34s %8s %10s\n' "1 GiB remote hit (median of $N)" "seconds" "MiB/s"
 printf '%-34s %8.2f %10.0f\n' "heddle-remote fetch_action" "$h" "$(echo "$SIZE_MIB / $h" | bc -l)"
