@@ -8,10 +8,10 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cache="${HEDDLE_TEST_CACHE:-/var/cache/heddle-test}"
+mkdir -p "$cache"
 rootfs="$cache/dfc-double-rootfs-bookworm.tar"
 base="heddle-test/dfc-double-base:bookworm"
 image="${DFC_DOUBLE_IMAGE:-heddle-test/dfc-double:latest}"
-mkdir -p "$cache"
 
 if [[ "${1:-}" == "--force-rootfs" ]]; then rm -f "$rootfs"; fi
 if [[ ! -s "$rootfs" ]]; then
