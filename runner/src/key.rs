@@ -57,8 +57,8 @@ impl KeyParts {
         let ok = member_ok_fn(inputs);
         let command = render(plan, inst, &PathLayout::virtual_root(), &ok)
             .expect("templates were checked at plan time");
-        let mut vars = stage.vars.clone();
-        for k in &stage.pass_env {
+        let mut vars = stage.settings.vars.clone();
+        for k in &stage.settings.pass_env {
             vars.insert(format!("${k}"), std::env::var(k).unwrap_or_default());
         }
         let executor = match (&stage.container, &inst.image) {
@@ -83,6 +83,7 @@ impl KeyParts {
             matrix: inst.matrix.to_btree(),
             vars,
             env: stage
+                .settings
                 .env
                 .as_ref()
                 .and_then(|e| ctx.envs.get(e))

@@ -192,7 +192,11 @@ async fn resolve_envs(
 ) -> Result<BTreeMap<String, EnvInfo>, PrepareError> {
     let p = &plan.pipeline;
     let env_store = opts.env_store.clone().unwrap_or_else(|| store.clone());
-    let used_envs: BTreeSet<&String> = p.stages.iter().filter_map(|s| s.env.as_ref()).collect();
+    let used_envs: BTreeSet<&String> = p
+        .stages
+        .iter()
+        .filter_map(|s| s.settings.env.as_ref())
+        .collect();
     let mut envs = BTreeMap::new();
     for name in used_envs {
         let def = &p.envs[name];

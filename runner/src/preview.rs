@@ -186,7 +186,12 @@ fn blocker(ctx: &Context, known: &[Option<Box<Known>>], id: usize) -> Option<Rea
         return Some(Reason::UpstreamRuns { upstream });
     }
     let stage = plan.stage_of(id);
-    if let Some(e) = stage.env.as_ref().filter(|e| !ctx.envs.contains_key(*e)) {
+    if let Some(e) = stage
+        .settings
+        .env
+        .as_ref()
+        .filter(|e| !ctx.envs.contains_key(*e))
+    {
         return Some(Reason::EnvNotProvisioned { env: e.clone() });
     }
     None

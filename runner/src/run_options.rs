@@ -32,7 +32,7 @@ impl RunOptions {
             Some(Reason::Forced)
         } else if self.no_cache {
             Some(Reason::NoCache)
-        } else if !stage.cache {
+        } else if !stage.settings.cache {
             Some(Reason::NotCacheable)
         } else {
             None

@@ -57,7 +57,7 @@ pub fn place(pipeline: &Pipeline, hosts: &Hosts) -> Result<Placement, PlacementE
     let mut stages = BTreeMap::new();
     for (i, stage) in pipeline.stages.iter().enumerate() {
         let Some(c) = &stage.container else { continue };
-        if stage.resources.is_empty() || c.docker_host.is_some() {
+        if stage.settings.resources.is_empty() || c.docker_host.is_some() {
             continue;
         }
         let fits: Vec<String> = hosts
@@ -65,6 +65,7 @@ pub fn place(pipeline: &Pipeline, hosts: &Hosts) -> Result<Placement, PlacementE
             .values()
             .filter(|h| {
                 stage
+                    .settings
                     .resources
                     .iter()
                     .all(|(pool, n)| h.pools.get(pool).is_some_and(|have| have >= n))
@@ -74,7 +75,7 @@ pub fn place(pipeline: &Pipeline, hosts: &Hosts) -> Result<Placement, PlacementE
         if fits.is_empty() {
             return Err(PlacementError::NoHostOffers {
                 stage: stage.name.clone(),
-                wanted: list(&stage.resources),
+                wanted: list(&stage.settings.resources),
                 hosts: hosts
                     .hosts
                     .values()

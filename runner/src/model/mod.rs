@@ -15,7 +15,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 pub use heddle_containers::PullPolicy;
 use serde_json::Value;
@@ -39,6 +38,7 @@ pub mod value;
 mod with;
 
 pub use refs::{parse_ref, valid_name, Input, InputKind, RunTemplate, Selector};
+pub use settings::Settings;
 pub use value::{check_param, parse_value_text, toml_to_json, value_text, ParamDef, ParamType};
 
 #[derive(Debug)]
@@ -172,15 +172,8 @@ pub struct Stage {
     pub outputs: BTreeMap<String, String>,
     pub matrix: Vec<(String, Vec<Value>)>,
     pub matrix_span: Option<Range<usize>>,
-    pub timeout: Option<Duration>,
-    pub retries: u32,
-    pub allow_failure: bool,
-    pub cache: bool,
-    pub report: bool,
-    pub resources: BTreeMap<String, u32>,
-    pub env: Option<String>,
-    pub vars: BTreeMap<String, String>,
-    pub pass_env: Vec<String>,
+    /// What the stage, its definition and `[defaults]` say, layered in that order.
+    pub settings: Settings,
     pub container: Option<ContainerOpts>,
 }
 

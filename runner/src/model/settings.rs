@@ -9,7 +9,9 @@ use super::layers::Layers;
 use super::loader::{Loader, Scope};
 use crate::diag::did_you_mean;
 
-pub(super) struct Settings {
+/// A stage's run settings, after layering stage > definition > `[defaults]`.
+#[derive(Debug)]
+pub struct Settings {
     pub timeout: Option<Duration>,
     pub retries: u32,
     pub allow_failure: bool,

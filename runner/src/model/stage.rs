@@ -73,15 +73,7 @@ impl Loader {
             outputs,
             matrix,
             matrix_span,
-            timeout: settings.timeout,
-            retries: settings.retries,
-            allow_failure: settings.allow_failure,
-            cache: settings.cache,
-            report: settings.report,
-            resources: settings.resources,
-            env: settings.env,
-            vars: settings.vars,
-            pass_env: settings.pass_env,
+            settings,
             container,
         })
     }

@@ -151,7 +151,7 @@ fn request(
         sandbox: sb.to_path_buf(),
         stage_dir,
         env: environment(sh, id, sb),
-        timeout: stage.timeout,
+        timeout: stage.settings.timeout,
         stdout_log,
         stderr_log,
         container,
@@ -168,7 +168,7 @@ fn environment(sh: &Shared, id: usize, sb: &Path) -> BTreeMap<String, String> {
     } else {
         base_env()
     };
-    if let Some(e) = stage.env.as_ref().and_then(|e| ctx.envs.get(e)) {
+    if let Some(e) = stage.settings.env.as_ref().and_then(|e| ctx.envs.get(e)) {
         let path = env.get("PATH").cloned().unwrap_or_default();
         let joined =
             std::env::join_paths(std::iter::once(e.bin_dir()).chain(std::env::split_paths(&path)))
@@ -177,12 +177,12 @@ fn environment(sh: &Shared, id: usize, sb: &Path) -> BTreeMap<String, String> {
         env.insert("PATH".into(), joined);
         env.insert("VIRTUAL_ENV".into(), e.dir.to_string_lossy().into_owned());
     }
-    for k in &stage.pass_env {
+    for k in &stage.settings.pass_env {
         if let Ok(v) = std::env::var(k) {
             env.insert(k.clone(), v);
         }
     }
-    env.extend(stage.vars.clone());
+    env.extend(stage.settings.vars.clone());
     let path_text = |p: PathBuf| p.to_string_lossy().into_owned();
     env.insert("HEDDLE_ERROR_FILE".into(), path_text(error_file(sb)));
     env.insert(

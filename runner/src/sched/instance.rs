@@ -84,7 +84,7 @@ async fn miss(
     let outputs = execute(sh, id, &inputs, &mut record, t0).await;
     match outputs {
         Ok(outputs) => {
-            if stage.cache {
+            if stage.settings.cache {
                 commit(sh, id, &parts, key, &outputs, &record, key_lock);
             }
             let inst = &sh.ctx.plan.instances[id];
@@ -94,7 +94,7 @@ async fn miss(
         }
         Err(mut status) => {
             status.tolerated =
-                stage.allow_failure && status.status == crate::record::Status::Failed;
+                stage.settings.allow_failure && status.status == crate::record::Status::Failed;
             conclude(sh, id, record, status)
         }
     }
@@ -210,7 +210,7 @@ async fn hold_resources(sh: &Shared, id: usize) -> Result<Held<'_>, StatusRecord
     let stopped = || interrupted_before_start(inst);
     let mut permits = Vec::new();
     let mut host_units = Vec::new();
-    for (pool, n) in &plan.stage_of(id).resources {
+    for (pool, n) in &plan.stage_of(id).settings.resources {
         tokio::select! {
             p = sh.pools[pool].acquire_many(*n) => permits.push(p.expect("pool open")),
             _ = sh.cancel.graceful.cancelled() => return Err(stopped()),
@@ -230,7 +230,7 @@ async fn hold_resources(sh: &Shared, id: usize) -> Result<Held<'_>, StatusRecord
     let (host, placed) = if candidates.is_empty() {
         (None, Vec::new())
     } else {
-        let wants = &plan.stage_of(id).resources;
+        let wants = &plan.stage_of(id).settings.resources;
         tokio::select! {
             (h, p) = placed::take_on_some_host(&sh.host_units, candidates, wants) => (Some(h), p),
             _ = sh.cancel.graceful.cancelled() => return Err(stopped()),
@@ -342,7 +342,7 @@ async fn execute(
         attempt += 1;
         match attempt_once(sh, id, inputs, exec.as_ref(), record).await {
             Err(status)
-                if attempt <= stage.retries
+                if attempt <= stage.settings.retries
                     && status.error_class != Some(ErrorClass::Interrupted)
                     && !sh.cancel.graceful.is_cancelled() =>
             {

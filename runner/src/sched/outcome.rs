@@ -16,7 +16,7 @@ use super::{Event, Shared};
 pub(super) fn empty_record(stage: &Stage) -> InstanceRecord {
     InstanceRecord {
         stage: stage.name.clone(),
-        report: stage.report,
+        report: stage.settings.report,
         deps: Vec::new(),
         status: StatusRecord::ok("", BTreeMap::new()),
         cached: false,
