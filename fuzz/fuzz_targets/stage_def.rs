@@ -19,19 +19,9 @@ fn root() -> &'static PathBuf {
     })
 }
 
-const PIPELINE: &str = r#"
-[pipeline]
-name = "fz"
-[params]
-seed = 1
-[stages.a]
-uses = "fz"
-matrix = { k = [1, 2] }
-with = { seed = "{{ params.seed }}" }
-[stages.b]
-uses = "fz"
-inputs = { model = "a.onnx", calib = "a[*].onnx" }
-"#;
+/// The pipeline every definition is loaded through: a matrix stage and a stage reading all of
+/// it, both `uses = "fz"`. A corpus file, so the `pipeline` target starts from it too.
+const PIPELINE: &str = include_str!("../corpus/pipeline/uses_fz.toml");
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
