@@ -271,12 +271,7 @@ impl FileStamp {
     }
 
     pub(crate) fn of(meta: &fs::Metadata) -> FileStamp {
-        let mtime_ns = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map(|d| d.as_nanos() as i128)
-            .unwrap_or(-1);
+        let mtime_ns = nanos_since_epoch(meta.modified());
         #[cfg(unix)]
         {
             use std::os::unix::fs::MetadataExt;
@@ -292,12 +287,7 @@ impl FileStamp {
         {
             // Windows has no inode or ctime in std's stable API; the creation time stands in for
             // ctime, and size + mtime carry the rest.
-            let ctime_ns = meta
-                .created()
-                .ok()
-                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                .map(|d| d.as_nanos() as i128)
-                .unwrap_or(-1);
+            let ctime_ns = nanos_since_epoch(meta.created());
             FileStamp {
                 dev: 0,
                 ino: 0,
@@ -306,6 +296,31 @@ impl FileStamp {
                 ctime_ns,
             }
         }
+    }
+}
+
+/// A file time in nanoseconds since the epoch, or -1 where the platform gives none (or one
+/// before 1970).
+fn nanos_since_epoch(time: io::Result<SystemTime>) -> i128 {
+    time.ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(-1)
+}
+
+/// Rename `tmp` onto `dest` with `rename`, creating `dest`'s shard folder first when the
+/// rename says it is missing (removed by hand); any other failure is real.
+pub(crate) fn rename_into_shard(
+    tmp: &Path,
+    dest: &Path,
+    rename: impl Fn(&Path, &Path) -> io::Result<()>,
+) -> Result<(), CacheError> {
+    match rename(tmp, dest) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            create_dir_all(dest.parent().expect("a shard path has a parent"))?;
+            rename(tmp, dest).map_err(CacheError::io("rename into", dest))
+        }
+        other => other.map_err(CacheError::io("rename into", dest)),
     }
 }
 

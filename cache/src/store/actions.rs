@@ -153,17 +153,7 @@ impl Store {
         self.sync_pending_with(&paths)?;
         for (entry, tmp) in entries.iter().zip(temps) {
             let dest = self.action_path(&entry.key);
-            if let Err(e) = rename_replace(tmp.path(), &dest) {
-                if e.kind() != io::ErrorKind::NotFound {
-                    return Err(CacheError::Io {
-                        op: "rename into",
-                        path: dest,
-                        source: e,
-                    });
-                }
-                fsutil::create_dir_all(dest.parent().expect("action path has a shard"))?;
-                rename_replace(tmp.path(), &dest).map_err(CacheError::io("rename into", &dest))?;
-            }
+            fsutil::rename_into_shard(tmp.path(), &dest, rename_replace)?;
             tmp.keep();
             self.append_family(&entry.family, &entry.key)?;
         }

@@ -202,18 +202,7 @@ impl Store {
 
     pub(super) fn rename_blob(&self, tmp: TempPath, digest: &Digest) -> Result<(), CacheError> {
         let dest = self.blob_path(digest);
-        if let Err(e) = fs::rename(tmp.path(), &dest) {
-            // The shard folder may have been removed by hand; anything else is real.
-            if e.kind() != io::ErrorKind::NotFound {
-                return Err(CacheError::Io {
-                    op: "rename into",
-                    path: dest,
-                    source: e,
-                });
-            }
-            fsutil::create_dir_all(dest.parent().expect("blob path has a shard"))?;
-            fs::rename(tmp.path(), &dest).map_err(CacheError::io("rename into", &dest))?;
-        }
+        fsutil::rename_into_shard(tmp.path(), &dest, |from, to| fs::rename(from, to))?;
         tmp.keep();
         if self.durability != Durability::None {
             self.pending.lock().expect("pending poisoned").push(dest);
