@@ -59,22 +59,21 @@ pub enum CacheError {
 
 /// The error and each of its causes, joined by ": " (for one-line messages in records).
 pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
+    let causes = std::iter::successors(e.source(), |c| c.source());
+    causes.fold(e.to_string(), |mut text, c| {
         let next = c.to_string();
         // Some errors repeat their cause in their own message; print it once.
         if !text.ends_with(&next) {
             text.push_str(": ");
             text.push_str(&next);
         }
-        cause = c.source();
-    }
-    text
+        text
+    })
 }
 
 impl CacheError {
-    pub(crate) fn io(
+    /// The error for a failed `op` on `path`, as a `map_err` argument.
+    pub fn io(
         op: &'static str,
         path: impl Into<PathBuf>,
     ) -> impl FnOnce(std::io::Error) -> CacheError {
