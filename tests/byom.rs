@@ -15,6 +15,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use support::assert_contains;
 use support::Project;
 
 const DOUBLE_IMAGE: &str = "heddle-test/dfc-double:latest";
@@ -147,11 +148,8 @@ fn foreign_model_from_an_empty_folder() {
     assert_eq!(w16["top1_agreement"], 1.0, "{w16}");
     let table = std::fs::read_to_string(project.join("out/compile-onnx/eval/eval.md")).unwrap();
     eprintln!("{table}");
-    assert!(
-        table.contains("| precision | context | top-1 agree |"),
-        "{table}"
-    );
-    assert!(table.contains("| a8_w8 | ORT_QDQ |"), "{table}");
+    assert_contains(&table, "| precision | context | top-1 agree |");
+    assert_contains(&table, "| a8_w8 | ORT_QDQ |");
     // A rerun is all cache hits.
     let again = run(&[
         "run",
@@ -159,7 +157,7 @@ fn foreign_model_from_an_empty_folder() {
         "--set",
         "shape=[1,3,48,192]",
     ]);
-    assert!(again.contains("0 ran"), "{again}");
+    assert_contains(&again, "0 ran");
     // Nothing of this repository in the project: the scaffold, the user's files and the outputs.
     let mut top: Vec<_> = std::fs::read_dir(&project)
         .unwrap()
@@ -291,12 +289,12 @@ fn foreign_model_through_the_dfc_double_with_a_user_model_script() {
         assert!(r["mean_abs_diff"].as_f64().unwrap() > 0.0, "{r}");
     }
     let table = std::fs::read_to_string(out.join("eval/eval.md")).unwrap();
-    assert!(
-        table.contains("float reference: SDK_NATIVE on the translated HAR (DFC emulator, fp32)."),
-        "{table}"
+    assert_contains(
+        &table,
+        "float reference: SDK_NATIVE on the translated HAR (DFC emulator, fp32).",
     );
     let again = run(&args);
-    assert!(again.contains("0 ran"), "{again}");
+    assert_contains(&again, "0 ran");
 }
 
 #[test]
@@ -325,11 +323,11 @@ outputs:
 "
     );
     let out = p.heddle(&["stages", "show", "onnx/import"]).ok().stdout;
-    assert!(
-        out.contains("  batch: int = 1  size of a symbolic first (batch) axis not named in dims\n"),
-        "{out}"
+    assert_contains(
+        &out,
+        "  batch: int = 1  size of a symbolic first (batch) axis not named in dims\n",
     );
-    assert!(out.contains("  dims: table = {}  "), "{out}");
+    assert_contains(&out, "  dims: table = {}  ");
     let r = p.heddle(&["stages", "show", "no/such"]).code(2);
     assert_eq!(
         r.stderr,

@@ -5,13 +5,14 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::Duration;
 
 use support::process::{
     assert_gone, signal, wait_ended, wait_for, wait_for_pid, Running, SIGHUP, SIGTERM,
 };
+use support::records::assert_interrupted;
 use support::{instance, Project};
 
 /// A pipeline of one stage running `run` (a TOML basic string's content), with `extra` keys.
@@ -33,28 +34,39 @@ fn daemon(pidfile: &Path, redirect: &str) -> String {
     )
 }
 
-#[test]
-fn a_setsid_daemon_holding_stdout_cannot_outlast_the_stage_timeout() {
+/// A project, and the file the daemon its stage starts writes its pid to.
+fn daemon_project() -> (Project, PathBuf) {
     let p = Project::new();
     let pidfile = p.path("daemon.pid");
+    (p, pidfile)
+}
+
+/// Runs `p.toml` in the background, reads the daemon's pid once it is in `pidfile`, and waits
+/// (30 s at most) for heddle to end: it must exit `code`, and the daemon must be gone with it.
+fn run_and_see_the_daemon_gone(p: &Project, pidfile: &Path, code: i32, case: &str) {
+    let mut child = p.spawn_run("p.toml", &[]);
+    let pid = wait_for_pid(pidfile, &mut child);
+    let status = wait_ended(&mut child, Duration::from_secs(30), case);
+    assert_eq!(status.code(), Some(code), "{case}");
+    assert_gone(&pid, case);
+}
+
+#[test]
+fn a_setsid_daemon_holding_stdout_cannot_outlast_the_stage_timeout() {
+    let (p, pidfile) = daemon_project();
     one_stage(
         &p,
         &format!("{} sleep 300", daemon(&pidfile, "")),
         "timeout = \"1s\"",
     );
-    let mut child = p.spawn_run("p.toml", &[]);
-    let pid = wait_for_pid(&pidfile, &mut child);
-    let status = wait_ended(&mut child, Duration::from_secs(30), "stage timeout");
-    assert_eq!(status.code(), Some(1));
-    assert_gone(&pid, "timeout");
+    run_and_see_the_daemon_gone(&p, &pidfile, 1, "stage timeout");
     let v = p.last_record();
     assert_eq!(instance(&v, "s")["status"]["error_class"], "Timeout", "{v}");
 }
 
 #[test]
 fn a_setsid_daemon_holding_stdout_does_not_keep_a_finished_stage_running() {
-    let p = Project::new();
-    let pidfile = p.path("daemon.pid");
+    let (p, pidfile) = daemon_project();
     // The stage itself succeeds at once; its daemon would hold stdout for five minutes.
     one_stage(
         &p,
@@ -67,17 +79,12 @@ fn a_setsid_daemon_holding_stdout_does_not_keep_a_finished_stage_running() {
         ),
         "",
     );
-    let mut child = p.spawn_run("p.toml", &[]);
-    let pid = wait_for_pid(&pidfile, &mut child);
-    let status = wait_ended(&mut child, Duration::from_secs(30), "finished stage");
-    assert_eq!(status.code(), Some(0));
-    assert_gone(&pid, "finished stage");
+    run_and_see_the_daemon_gone(&p, &pidfile, 0, "finished stage");
 }
 
 #[test]
 fn a_daemon_with_redirected_fds_is_gone_after_its_stage() {
-    let p = Project::new();
-    let pidfile = p.path("daemon.pid");
+    let (p, pidfile) = daemon_project();
     // The daemon's own child (`sleep`, after the `sh` forks it) must go too.
     one_stage(
         &p,
@@ -103,8 +110,7 @@ fn await_gone(pid: &str, secs: u32) -> String {
 
 #[test]
 fn a_daemon_that_clears_its_environment_is_gone_before_the_next_stage_of_a_chain() {
-    let p = Project::new();
-    let pidfile = p.path("daemon.pid");
+    let (p, pidfile) = daemon_project();
     // `env -i` leaves no stage token to find the daemon by: it is attributed by its age.
     p.file(
         "p.toml",
@@ -151,8 +157,7 @@ fn a_tokenless_daemon_younger_than_a_running_stage_outlives_a_sibling_but_not_it
 #[test]
 fn sigterm_and_sighup_end_a_run_held_by_a_daemon_with_its_record_written() {
     for (sig, name) in [(SIGTERM, "SIGTERM"), (SIGHUP, "SIGHUP")] {
-        let p = Project::new();
-        let pidfile = p.path("daemon.pid");
+        let (p, pidfile) = daemon_project();
         let stage_pid = p.path("stage.pid");
         one_stage(
             &p,
@@ -171,13 +176,7 @@ fn sigterm_and_sighup_end_a_run_held_by_a_daemon_with_its_record_written() {
         assert_eq!(status.code(), Some(130), "{name}");
         assert_gone(&daemon_pid, name);
         assert_gone(&leader, name);
-        let v = p.last_record();
-        assert_eq!(v["status"], "interrupted", "{name}: {v}");
-        assert_eq!(
-            instance(&v, "s")["status"]["error_class"],
-            "Interrupted",
-            "{name}"
-        );
+        assert_interrupted(&p.last_record(), "s", name);
         assert!(
             p.scratch_entries().is_empty(),
             "{name}: scratch still holds {:?}",

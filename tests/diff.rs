@@ -10,6 +10,7 @@ use heddle_report::diff::{diff, InstanceDelta, ParamChange, Presence, RunDiff, R
 use heddle_runner::key::Change;
 use heddle_runner::record::{self, RunRecord};
 use serde_json::json;
+use support::assert_contains;
 use support::Project;
 
 fn project() -> Project {
@@ -165,8 +166,8 @@ fn heddle_diff_after_a_set_change_names_the_param_and_the_moved_numbers() {
     let out = p.heddle(&["diff"]).ok();
     let expected = diff_last_two(&p).text();
     assert_eq!(out.stdout, expected);
-    assert!(out.stdout.contains("  scale  2  →  5\n"), "{}", out.stdout);
-    assert!(out.stdout.contains("4 numbers, 2 moved"), "{}", out.stdout);
+    assert_contains(&out.stdout, "  scale  2  →  5\n");
+    assert_contains(&out.stdout, "4 numbers, 2 moved");
     // Named runs, as JSON.
     let out = p.heddle(&["diff", &ids[0], &ids[1], "--json"]).ok();
     let j: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();

@@ -4,15 +4,31 @@
 
 mod support;
 
+use support::snapshot::normalise;
 use support::{Project, Run};
 
-/// `heddle run p.toml` with the cache at `cache` instead of the project's.
-fn run_with_cache(p: &Project, cache: &std::path::Path) -> Run {
-    p.cmd(&["run", "p.toml", "--progress", "plain"])
+/// `heddle run p.toml` with the cache at `cache` instead of the project's exits 2, saying it
+/// cannot create the cache's folders because of the OS error `cause`.
+fn assert_cache_cannot_be_created(p: &Project, cache: &std::path::Path, cause: &str) {
+    let r: Run = p
+        .cmd(&["run", "p.toml", "--progress", "plain"])
         .env("HEDDLE_CACHE_DIR", cache)
         .output()
         .unwrap()
-        .into()
+        .into();
+    assert_eq!(
+        r.code(2).stderr,
+        format!(
+            "error: cannot open the cache at {c}\n  caused by: failed to create directory {c}/objects\n  caused by: {cause}\n",
+            c = cache.display()
+        )
+    );
+}
+
+/// The stderr of `heddle ARGS` in `p`, which must exit 2 (a user error), with the project's
+/// temporary path written as `[PROJECT]`.
+fn user_error(p: &Project, args: &[&str]) -> String {
+    normalise(p, &p.heddle(args).code(2).stderr)
 }
 
 const PIPELINE: &str = "[pipeline]\nname = \"e\"\n[stages.a]\nrun = \"echo a > {{ out.o }}\"\noutputs = { o = \"o.txt\" }\n";
@@ -22,51 +38,33 @@ fn a_cache_dir_under_a_file_names_the_os_error() {
     let p = Project::new();
     p.file("p.toml", PIPELINE).file("plain-file", "");
     let cache = p.path("plain-file/cache");
-    let r = run_with_cache(&p, &cache).code(2);
-    assert_eq!(
-        r.stderr,
-        format!(
-            "error: cannot open the cache at {c}\n  caused by: failed to create directory {c}/objects\n  caused by: Not a directory (os error 20)\n",
-            c = cache.display()
-        )
-    );
+    assert_cache_cannot_be_created(&p, &cache, "Not a directory (os error 20)");
 }
 
+/// A command whose input is not there says exactly which and why (exit 2): a missing pipeline
+/// with the OS error, `show last` before any run with where it looked, `status` without a lock
+/// with how to write one.
 #[test]
-fn a_missing_pipeline_names_the_os_error() {
-    let p = Project::new();
-    let r = p.heddle(&["plan", "missing.toml"]).code(2);
-    assert_eq!(
-        r.stderr,
-        "error: cannot read pipeline missing.toml\n  caused by: No such file or directory (os error 2)\n"
-    );
-}
-
-#[test]
-fn a_run_that_was_never_recorded() {
-    let p = Project::new();
-    let r = p.heddle(&["show", "last"]).code(2);
-    assert_eq!(
-        r.stderr,
-        format!(
-            "error: no runs recorded under {}\n",
-            p.path(".heddle/runs").display()
-        )
-    );
-}
-
-#[test]
-fn status_without_a_lock_says_how_to_write_one() {
+fn a_command_missing_its_input_says_which_and_why() {
     let p = Project::new();
     p.file("p.toml", PIPELINE);
-    let r = p.heddle(&["status", "p.toml"]).code(2);
-    assert_eq!(
-        r.stderr,
-        format!(
-            "error: failed to read lock file {}: No such file or directory (os error 2)\n  = help: `heddle run` writes it after a successful run; `heddle lock` writes it from the cache\n",
-            std::path::Path::new("p.lock").display()
-        )
-    );
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["plan", "missing.toml"],
+            "error: cannot read pipeline missing.toml\n  caused by: No such file or directory (os error 2)\n",
+        ),
+        (
+            &["show", "last"],
+            "error: no runs recorded under [PROJECT]/.heddle/runs\n",
+        ),
+        (
+            &["status", "p.toml"],
+            "error: failed to read lock file p.lock: No such file or directory (os error 2)\n  = help: `heddle run` writes it after a successful run; `heddle lock` writes it from the cache\n",
+        ),
+    ];
+    for (args, stderr) in cases {
+        assert_eq!(user_error(&p, args), stderr, "heddle {args:?}");
+    }
 }
 
 /// An unwritable cache: a read-only filesystem when this test may mount one (root), else a
@@ -93,14 +91,7 @@ fn an_unwritable_cache_dir_names_the_os_error() {
         std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o555)).unwrap();
         "Permission denied (os error 13)"
     };
-    let r = run_with_cache(&p, &cache).code(2);
-    assert_eq!(
-        r.stderr,
-        format!(
-            "error: cannot open the cache at {c}\n  caused by: failed to create directory {c}/objects\n  caused by: {cause}\n",
-            c = cache.display()
-        )
-    );
+    assert_cache_cannot_be_created(&p, &cache, cause);
 }
 
 /// A typo in the project's hosts.toml points at the key, suggests the right one, and stops the
@@ -112,13 +103,9 @@ fn a_bad_hosts_file_points_at_the_key() {
         ".heddle/hosts.toml",
         "[hosts.gpubox]\ndocker = \"tcp://127.0.0.1:1\"\npool = { gpu = 1 }\n",
     );
-    let r = p.heddle(&["run", "p.toml", "--progress", "plain"]).code(2);
     assert_eq!(
-        r.stderr,
-        format!(
-            "error: unknown key `pool`\n  --> {}:3:1\n  |\n3 | pool = {{ gpu = 1 }}\n  | ^^^^\n  = help: did you mean `pools`?\n",
-            p.path(".heddle/hosts.toml").display()
-        )
+        user_error(&p, &["run", "p.toml", "--progress", "plain"]),
+        "error: unknown key `pool`\n  --> [PROJECT]/.heddle/hosts.toml:3:1\n  |\n3 | pool = { gpu = 1 }\n  | ^^^^\n  = help: did you mean `pools`?\n"
     );
     assert!(!p.path("out").exists(), "nothing ran");
 }
@@ -137,9 +124,8 @@ fn a_resource_no_host_offers_names_it_and_the_hosts() {
         "[hosts.gpubox]\ndocker = \"tcp://127.0.0.1:1\"\npools = { gpu = 2 }\n[hosts.bare]\ndocker = \"unix:///nonexistent.sock\"\n",
     );
     for cmd in ["run", "plan"] {
-        let r = p.heddle(&[cmd, "p.toml"]).code(2);
         assert_eq!(
-            r.stderr,
+            user_error(&p, &[cmd, "p.toml"]),
             "error: stage `flash` asks for hailo = 1, which no configured host offers (hosts: bare offers no pools; gpubox offers gpu = 2)\n",
             "{cmd}"
         );
@@ -159,12 +145,8 @@ fn an_unreachable_host_is_named_with_its_file_and_line() {
         ".heddle/hosts.toml",
         "# the GPU box\n[hosts.gpubox]\ndocker = \"tcp://127.0.0.1:1\"\npools = { gpu = 2 }\n",
     );
-    let r = p.heddle(&["run", "p.toml", "--progress", "plain"]).code(2);
     assert_eq!(
-        r.stderr,
-        format!(
-            "error: cannot reach host `gpubox` (defined at {}:2:8)\n  caused by: cannot reach the Docker Engine at tcp://127.0.0.1:1: connection refused — is the daemon running and listening at that address?\n",
-            p.path(".heddle/hosts.toml").display()
-        )
+        user_error(&p, &["run", "p.toml", "--progress", "plain"]),
+        "error: cannot reach host `gpubox` (defined at [PROJECT]/.heddle/hosts.toml:2:8)\n  caused by: cannot reach the Docker Engine at tcp://127.0.0.1:1: connection refused — is the daemon running and listening at that address?\n"
     );
 }

@@ -4,6 +4,7 @@
 
 mod support;
 
+use support::assert_contains;
 use support::fill;
 use support::process::{assert_gone, wait_for_pid};
 use support::{instance, Project};
@@ -29,10 +30,10 @@ fn commands_without_shell_syntax_behave_as_under_sh() {
     let log = |l: &str, i: usize| std::path::PathBuf::from(inst(l)["logs"][i].as_str().unwrap());
     assert!(!log("sorted", 0).exists() && !log("sorted", 1).exists());
     let complaint = std::fs::read_to_string(log("missing", 1)).unwrap();
-    assert!(complaint.contains("no-such-program-xyz"), "{complaint}");
+    assert_contains(&complaint, "no-such-program-xyz");
     let env = p.read("out/d/env/o.txt");
-    assert!(env.contains("PWD="), "{env}");
-    assert!(env.contains("HEDDLE_INSTANCE=env"), "{env}");
+    assert_contains(&env, "PWD=");
+    assert_contains(&env, "HEDDLE_INSTANCE=env");
 }
 
 /// Linux caps one argument at 128 KiB; `sh -c` of a longer script must still run.

@@ -7,6 +7,7 @@ mod support;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
+use support::assert_lacks;
 use support::fill;
 use support::process::{wait_ended, wait_for};
 use support::Project;
@@ -97,7 +98,7 @@ fn status_names_the_holder_and_kill_9_frees_the_unit() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&st.stdout);
-    assert!(!text.contains("held "), "{text}");
+    assert_lacks(&text, "held ");
 }
 
 /// `heddle status` of a throwaway project sharing the lock folder, as text: the `held` lines.

@@ -11,29 +11,20 @@ use std::process::Stdio;
 
 #[cfg(target_os = "linux")]
 use support::fill;
+use support::records::error;
 use support::tmpfs::Tmpfs;
-use support::{instance, Project};
+use support::{assert_contains, instance, Project};
 
 #[cfg(unix)]
 #[test]
 fn a_stage_writing_its_input_fails_and_poisons_nothing() {
     let p = Project::with_pipeline(include_str!("fixtures/integrity/poison.toml"));
     let r = p.run("p.toml", &["--keep-going"]).code(1);
-    assert!(
-        r.stderr.contains("FAILED  vandal  input `x` was modified"),
-        "{}",
-        r.stderr
-    );
+    assert_contains(&r.stderr, "FAILED  vandal  input `x` was modified");
     let rec = p.last_record();
     let vandal = instance(&rec, "vandal");
     assert_eq!(vandal["status"]["error_class"], "InputModified");
-    assert!(
-        vandal["status"]["error"]
-            .as_str()
-            .unwrap()
-            .contains("input `x` was modified while the stage ran"),
-        "{vandal:#}"
-    );
+    assert_contains(error(vandal), "input `x` was modified while the stage ran");
     // The store lost the edited blob; the upstream output is recomputed, never served edited.
     p.heddle(&["cache", "verify"]).ok();
     p.file(
@@ -68,33 +59,19 @@ fn a_symlink_output_is_an_error_and_the_host_file_is_untouched() {
     );
     let r = p.run("p.toml", &["--keep-going"]).code(1);
     let rec = p.last_record();
-    assert!(
-        instance(&rec, "swap")["status"]["error"]
-            .as_str()
-            .unwrap()
-            .contains(
-                "output `o` (host-secret.txt) is not read: `o` is a symlink or leaves the folder"
-            ),
-        "{rec:#}"
+    assert_contains(
+        error(instance(&rec, "swap")),
+        "output `o` (host-secret.txt) is not read: `o` is a symlink or leaves the folder",
     );
     assert!(!p.path("out/links/swap").exists());
     for label in ["leak", "tree", "swap"] {
         let s = &instance(&rec, label)["status"];
         assert_eq!(s["error_class"], "UnsafeOutput", "{label}: {}", r.stderr);
     }
-    assert!(
-        instance(&rec, "leak")["status"]["error"]
-            .as_str()
-            .unwrap()
-            .contains("it is a symlink"),
-        "{rec:#}"
-    );
-    assert!(
-        instance(&rec, "tree")["status"]["error"]
-            .as_str()
-            .unwrap()
-            .contains("\"etc\" -> \"/etc\" points outside the tree"),
-        "{rec:#}"
+    assert_contains(error(instance(&rec, "leak")), "it is a symlink");
+    assert_contains(
+        error(instance(&rec, "tree")),
+        "\"etc\" -> \"/etc\" points outside the tree",
     );
     let after = fs::metadata(&host).unwrap();
     assert_eq!(after.permissions().mode() & 0o777, 0o600);
@@ -115,14 +92,8 @@ fn an_output_the_cache_cannot_store_fails_its_stage() {
         let s = &instance(&rec, label)["status"];
         assert_eq!(s["error_class"], "UnsafeOutput", "{label}: {}", r.stderr);
     }
-    let error = |label: &str| {
-        instance(&rec, label)["status"]["error"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
-    assert!(error("fifo").contains("unsupported file type"), "{rec:#}");
-    assert!(error("latin1").contains("not valid UTF-8"), "{rec:#}");
+    assert_contains(error(instance(&rec, "fifo")), "unsupported file type");
+    assert_contains(error(instance(&rec, "latin1")), "not valid UTF-8");
 }
 
 #[test]
@@ -223,10 +194,7 @@ fn a_full_out_disk_says_so_and_the_next_run_completes() {
     );
     let r = p.run("p.toml", &[]).code(2);
     let rec = p.last_record();
-    let err = instance(&rec, "big")["status"]["error"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let err = error(instance(&rec, "big"));
     assert!(
         err.contains("No space left on device"),
         "{err}\n{}",
@@ -304,12 +272,7 @@ fn a_rotted_blob_is_never_fed_and_the_next_run_recomputes_it() {
         .unwrap();
 
     let r = p.run("p.toml", &["--set", "n=2"]).code(2);
-    assert!(
-        r.stderr
-            .contains("its content no longer matches its digest"),
-        "{}",
-        r.stderr
-    );
+    assert_contains(&r.stderr, "its content no longer matches its digest");
     let r = p.run("p.toml", &["--set", "n=2"]).ok();
     assert!(
         r.stderr.contains("run     a"),

@@ -16,6 +16,7 @@ use servers::{
     boto, s3_env, start_buildgrid, start_moto, start_nginx, BlobStorage, Server, BUCKET,
 };
 use support::process::wait_for;
+use support::{assert_contains, assert_lacks};
 use support::{instance, Project, Run};
 
 /// Two stages, a file and a folder output: enough to move blobs, a tree manifest and entries.
@@ -108,7 +109,7 @@ fn second_engineer_executes_nothing(remote: Remote) {
         plan.stdout
     );
     let run = with_remote(&b, &remote, &["run", "--progress", "plain"]).ok();
-    assert!(!run.stderr.contains("warning"), "{}", run.stderr);
+    assert_lacks(&run.stderr, "warning");
     let rec = b.last_record();
     assert_eq!(cached_flags(&rec, "make"), (true, true));
     assert_eq!(cached_flags(&rec, "use"), (true, true));
@@ -216,7 +217,7 @@ fn cache_push_uploads_what_a_lock_file_names() {
         &["cache", "push", "--lock", "pipelines/shared.lock"],
     )
     .ok();
-    assert!(push.stdout.contains("pushed 2 actions"), "{}", push.stdout);
+    assert_contains(&push.stdout, "pushed 2 actions");
 
     let b = engineer();
     with_remote(&b, &remote, &["run", "--progress", "plain"]).ok();
@@ -270,14 +271,8 @@ fn a_remote_header_without_a_name_is_a_user_error_that_does_not_print_it() {
         .unwrap()
         .into();
     let r = r.code(2);
-    assert!(
-        r.stderr.contains(
-            "failed to read the headers for remote cache grpc://127.0.0.1:1/main: an entry of HEDDLE_REMOTE_HEADERS has no `=`: expected name=value"
-        ),
-        "{}",
-        r.stderr
-    );
-    assert!(!r.stderr.contains("s3cr3t"), "{}", r.stderr);
+    assert_contains(&r.stderr, "failed to read the headers for remote cache grpc://127.0.0.1:1/main: an entry of HEDDLE_REMOTE_HEADERS has no `=`: expected name=value");
+    assert_lacks(&r.stderr, "s3cr3t");
 }
 
 #[test]
@@ -289,5 +284,5 @@ fn an_unknown_remote_scheme_is_a_user_error() {
         .unwrap();
     let r: Run = r.into();
     let r = r.code(2);
-    assert!(r.stderr.contains("gopher://x/y"), "{}", r.stderr);
+    assert_contains(&r.stderr, "gopher://x/y");
 }

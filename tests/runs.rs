@@ -7,34 +7,11 @@ mod support;
 use heddle_runner::record;
 use support::Project;
 
+/// Two pipelines: `rc.toml`, whose report table shows its params, and `other.toml`.
 fn project() -> Project {
     let p = Project::new();
-    p.file(
-        "rc.toml",
-        r#"
-[pipeline]
-name = "rc"
-[params]
-quant = "a8_w8"
-scale = 2
-[stages.table]
-report = true
-run = "printf '# %s (seed 0)\n\n| k | v |\n| --- | ---: |\n| x | %s.5 |\n' {{ params.quant }} {{ params.scale }} > {{ out.md }}"
-outputs = { md = "table.md" }
-"#,
-    )
-    .file(
-        "other.toml",
-        r#"
-[pipeline]
-name = "other"
-[params]
-quant = "x"
-[stages.a]
-run = "echo {{ params.quant }} > {{ out.o }}"
-outputs = { o = "o.txt" }
-"#,
-    );
+    p.file("rc.toml", include_str!("fixtures/runs/rc.toml"))
+        .file("other.toml", include_str!("fixtures/runs/other.toml"));
     p
 }
 

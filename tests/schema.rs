@@ -13,6 +13,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use support::assert_contains;
 use support::{bin, found_or_skip, repo_root, Run};
 
 const KINDS: [(&str, &str); 2] = [
@@ -184,7 +185,7 @@ fn check_jsonschema_rejects_what_heddle_rejects() {
     let p = support::Project::new();
     p.file("stages/demo/bad/stage.toml", bad_stage);
     let h = p.heddle(&["stages", "show", "demo/bad"]).code(2);
-    assert!(h.stderr.contains("unknown field `timout`"), "{}", h.stderr);
+    assert_contains(&h.stderr, "unknown field `timout`");
     let fixed = bad_stage.replace("timout", "timeout");
     let r = check_one(&tool, "stage.schema.json", "stage.toml", &fixed);
     assert_eq!(r.code, 0, "{}", r.all());

@@ -4,6 +4,7 @@
 
 mod support;
 
+use support::assert_contains;
 use support::Project;
 
 const PIPELINE: &str = "[pipeline]\nname = \"c\"\n[stages.a]\nrun = \"echo a > {{ out.o }}\"\noutputs = { o = \"o.txt\" }\n";
@@ -50,8 +51,8 @@ fn the_bash_script_is_valid_bash() {
 fn the_man_page_is_roff_with_every_command() {
     let p = Project::new();
     let r = p.heddle(&["man"]).ok();
-    assert!(r.stdout.contains(".TH heddle 1"), "{}", r.stdout);
-    assert!(r.stdout.contains(".SH NAME"), "{}", r.stdout);
+    assert_contains(&r.stdout, ".TH heddle 1");
+    assert_contains(&r.stdout, ".SH NAME");
     for cmd in ["heddle\\-run", "heddle\\-logbook", "heddle\\-man"] {
         assert!(r.stdout.contains(cmd), "no {cmd} in\n{}", r.stdout);
     }
@@ -70,13 +71,9 @@ fn color_always_paints_only_the_status_word() {
         r.stderr
     );
     let r = p.run("p.toml", &["--color", "always"]).ok();
-    assert!(
-        r.stderr.contains("\x1b[36mcached\x1b[0m  a\n"),
-        "{:?}",
-        r.stderr
-    );
+    assert_contains(&r.stderr, "\x1b[36mcached\x1b[0m  a\n");
     let r = p.run("p.toml", &["--color", "never"]).ok();
-    assert!(r.stderr.contains("cached  a\n"), "{:?}", r.stderr);
+    assert_contains(&r.stderr, "cached  a\n");
     assert!(!r.stderr.contains('\x1b'), "{:?}", r.stderr);
     // Not a terminal: auto means no colour.
     let r = p.run("p.toml", &[]).ok();
@@ -92,11 +89,7 @@ fn failed_is_painted_in_show() {
     );
     p.run("p.toml", &[]).code(1);
     let r = p.heddle(&["show", "--color", "always"]).ok();
-    assert!(
-        r.stdout.contains("\x1b[1;31mFAILED\x1b[0m exit code 3"),
-        "{:?}",
-        r.stdout
-    );
+    assert_contains(&r.stdout, "\x1b[1;31mFAILED\x1b[0m exit code 3");
 }
 
 /// On a terminal, auto paints unless NO_COLOR is set (and not empty).
@@ -122,7 +115,7 @@ fn auto_on_a_terminal_honours_no_color() {
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
     let painted = on_tty(None);
-    assert!(painted.contains("\x1b[32mok\x1b[0m"), "{painted:?}");
+    assert_contains(&painted, "\x1b[32mok\x1b[0m");
     let plain = on_tty(Some("1"));
     assert!(
         plain.contains("ok ") && !plain.contains('\x1b'),
@@ -130,5 +123,5 @@ fn auto_on_a_terminal_honours_no_color() {
     );
     // An empty NO_COLOR does not count (no-color.org).
     let empty = on_tty(Some(""));
-    assert!(empty.contains("\x1b[32mok\x1b[0m"), "{empty:?}");
+    assert_contains(&empty, "\x1b[32mok\x1b[0m");
 }

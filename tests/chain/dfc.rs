@@ -8,7 +8,8 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use crate::compare_table::parse_compare;
-use crate::support::records::{cached, instances, status};
+use crate::support::assert_contains;
+use crate::support::records::{assert_failed, cached, instances, status};
 use crate::support::Project;
 use crate::{double_ready, json_file, DFC_SMALL, DOUBLE_IMAGE};
 
@@ -110,19 +111,15 @@ fn dfc_test_double_run() {
     assert_eq!(all.len(), 15);
 
     // The SDK exceptions, with class and message, in the run record.
-    let opt = &all["optimize[precision=a16_w4]"];
-    assert_eq!(status(opt), "failed");
-    assert_eq!(opt["status"]["error_class"], "AttributeError");
-    assert_eq!(
-        opt["status"]["error"],
-        "AttributeError: 'function' object has no attribute 'set_wraparound_loss'"
+    assert_failed(
+        &all["optimize[precision=a16_w4]"],
+        "AttributeError",
+        "AttributeError: 'function' object has no attribute 'set_wraparound_loss'",
     );
-    let bx = &all["probe[context=SDK_BIT_EXACT,precision=a8_w8]"];
-    assert_eq!(status(bx), "failed");
-    assert_eq!(bx["status"]["error_class"], "InferenceError");
-    assert_eq!(
-        bx["status"]["error"],
-        "InferenceError: graph execution error at conv2_1/act_op_1/pow"
+    assert_failed(
+        &all["probe[context=SDK_BIT_EXACT,precision=a8_w8]"],
+        "InferenceError",
+        "InferenceError: graph execution error at conv2_1/act_op_1/pow",
     );
     for ctx in ["SDK_QUANTIZED", "SDK_BIT_EXACT"] {
         let s = &all[&format!("probe[context={ctx},precision=a16_w4]")];
@@ -155,7 +152,7 @@ fn dfc_test_double_run() {
 
     // The compare table: labelled TEST DOUBLE, two FAILED rows, numbers for what ran.
     let md = p.read("out/mezo-dfc/compare/compare.md");
-    assert!(md.contains("**TEST DOUBLE**"), "{md}");
+    assert_contains(&md, "**TEST DOUBLE**");
     let failed: Vec<&str> = md.lines().filter(|l| l.contains(" FAILED ")).collect();
     assert_eq!(failed.len(), 2, "{md}");
     assert!(
@@ -286,8 +283,8 @@ fn dfc_test_double_run() {
         assert_eq!(status(o), "failed", "{prec}: {o}");
         assert_eq!(o["status"]["error_class"], "DegradedOptimization");
         let err = o["status"]["error"].as_str().unwrap();
-        assert!(err.contains("level 0 used, 2 asked"), "{err}");
-        assert!(err.contains("calibration entries 64"), "{err}");
+        assert_contains(err, "level 0 used, 2 asked");
+        assert_contains(err, "calibration entries 64");
         assert_eq!(
             status(&all[&format!("compile[precision={prec}]")]),
             "skipped"
@@ -295,9 +292,9 @@ fn dfc_test_double_run() {
     }
     assert!(cached(&all["translate"]) && cached(&all["author"]));
     let md = p.read("out/mezo-dfc/compare/compare.md");
-    assert!(
-        md.contains("a16_w16 FAILED DegradedOptimization: optimisation level 0 used, 2 asked"),
-        "{md}"
+    assert_contains(
+        &md,
+        "a16_w16 FAILED DegradedOptimization: optimisation level 0 used, 2 asked",
     );
 
     for (what, r) in [("test-double run", &first), ("degraded-level run", &second)] {

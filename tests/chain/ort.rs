@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::compare_table::{parse_compare, Row};
+use crate::support::assert_contains;
 use crate::support::records::{cached, instances, status};
 use crate::support::Project;
 use crate::{json_file, output_digest, ran, set, ORT_SMALL};
@@ -25,7 +26,7 @@ fn ort_chain() {
 
     // First run: everything runs (the env is provisioned into this test's cache).
     let r = p.run(pipe, ORT_SMALL).ok();
-    assert!(r.stderr.contains("out/mezo-ort"), "{}", r.stderr);
+    assert_contains(&r.stderr, "out/mezo-ort");
     let rec = p.last_record();
     assert_eq!(rec["status"], "completed");
     let first = instances(&rec);
@@ -79,10 +80,7 @@ fn ort_chain() {
         }
     }
     assert!(md.contains("| ORT_INTEGER | "), "start-loss table: {md}");
-    assert!(
-        md.contains("## Failed or skipped instances\n\nnone"),
-        "{md}"
-    );
+    assert_contains(&md, "## Failed or skipped instances\n\nnone");
     for prec in ["a16_w16", "a8_w8"] {
         let b = json_file(
             &p,
@@ -93,7 +91,7 @@ fn ort_chain() {
 
     // Second run: all cache hits, nothing executes.
     let r = p.run(pipe, ORT_SMALL).ok();
-    assert!(r.stderr.contains("0 ran, 12 cached"), "{}", r.stderr);
+    assert_contains(&r.stderr, "0 ran, 12 cached");
     let rec = p.last_record();
     for (l, i) in instances(&rec) {
         assert!(cached(&i) && status(&i) == "ok", "{l} not a cache hit: {i}");

@@ -4,6 +4,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use crate::support::assert_contains;
 use crate::support::process::{alive, signal, wait_for, wait_for_pid, SIGINT};
 use crate::support::{instance, Project};
 
@@ -11,10 +12,10 @@ use crate::support::{instance, Project};
 fn allow_failure_delivers_status_records_downstream() {
     let p = Project::with_pipeline(include_str!("fixtures/allow_failure.toml"));
     let r = p.run("p.toml", &[]).ok();
-    assert!(r.stderr.contains("FAILED  work[precision=a16_w4]  AttributeError: 'function' object has no attribute 'set_wraparound_loss'"), "{}", r.stderr);
+    assert_contains(&r.stderr, "FAILED  work[precision=a16_w4]  AttributeError: 'function' object has no attribute 'set_wraparound_loss'");
     let table = p.read("out/f/compare/table.txt");
-    assert!(table.contains("precision=a16_w16 ran"), "{table}");
-    assert!(table.contains("precision=a16_w4 \"status\": \"skipped\" AttributeError: 'function' object has no attribute 'set_wraparound_loss'"), "{table}");
+    assert_contains(&table, "precision=a16_w16 ran");
+    assert_contains(&table, "precision=a16_w4 \"status\": \"skipped\" AttributeError: 'function' object has no attribute 'set_wraparound_loss'");
     let rec = p.last_record();
     let failed = &instance(&rec, "work[precision=a16_w4]")["status"];
     assert_eq!(failed["status"], "failed");
@@ -26,7 +27,7 @@ fn allow_failure_delivers_status_records_downstream() {
 fn a_failure_skips_its_cone_and_exits_1_keep_going_finishes_the_rest() {
     let p = Project::with_logged_pipeline(include_str!("fixtures/keep_going.toml"));
     let r = p.run("p.toml", &["--keep-going"]).code(1);
-    assert!(r.stderr.contains("bad FAILED exit code 3"), "{}", r.stderr);
+    assert_contains(&r.stderr, "bad FAILED exit code 3");
     assert_eq!(p.ran(), ["slow"]);
     let rec = p.last_record();
     let after = &instance(&rec, "after")["status"];
@@ -44,7 +45,7 @@ fn timeout_kills_the_group_and_reports() {
     let p = Project::new();
     let pidfile = p.sleeper("timeout = \"1s\"\nretries = 1");
     let r = p.run("p.toml", &[]).code(1);
-    assert!(r.stderr.contains("timed out after 1s"), "{}", r.stderr);
+    assert_contains(&r.stderr, "timed out after 1s");
     assert!(
         r.stderr.contains("attempt 1 failed"),
         "retry announced: {}",
@@ -104,7 +105,7 @@ fn kill_9_mid_run_leaves_a_clean_cache_and_the_next_run_completes() {
     assert!(ran < 40, "the kill came after all {ran} stages ran");
     let v = p.heddle(&["cache", "verify"]);
     assert_eq!(v.code, 0, "{}", v.all());
-    assert!(v.stdout.contains("cache is clean"), "{}", v.stdout);
+    assert_contains(&v.stdout, "cache is clean");
     p.run("p.toml", &[]).ok();
     for i in 0..40 {
         assert_eq!(

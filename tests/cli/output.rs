@@ -7,6 +7,7 @@
 use insta::assert_snapshot;
 
 use crate::caching::uses_project;
+use crate::support::assert_lacks;
 use crate::support::snapshot::normalise;
 use crate::support::Project;
 
@@ -15,7 +16,7 @@ fn diagnostic(p: &Project, pipeline: &str, extra: &[&str]) -> String {
     let mut args = vec!["plan", pipeline];
     args.extend_from_slice(extra);
     let r = p.heddle(&args).code(2);
-    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    assert_lacks(&r.stderr, "panicked");
     normalise(p, &r.stderr)
 }
 

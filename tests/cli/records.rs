@@ -2,6 +2,7 @@
 //! where the project or the cache lives, and the facts a stage reports.
 
 use crate::caching::chain_project;
+use crate::support::assert_contains;
 use crate::support::{instance, Project};
 
 #[test]
@@ -12,7 +13,7 @@ fn runs_and_show_list_what_happened() {
     let runs = p.heddle(&["runs"]).ok();
     assert_eq!(runs.stdout.lines().count(), 2, "{}", runs.stdout);
     let show = p.heddle(&["show", "last"]).ok();
-    assert!(show.stdout.contains("cached 4"), "{}", show.stdout);
+    assert_contains(&show.stdout, "cached 4");
     let v = p.last_record();
     assert_eq!(v["status"], "completed");
     let a = instance(&v, "a");

@@ -4,6 +4,7 @@
 use heddle_report::compare::parse_number;
 use heddle_report::entry::Entry;
 
+use crate::support::assert_contains;
 use crate::support::records::table_cells;
 use crate::support::{repo_root, Project};
 
@@ -184,11 +185,9 @@ fn an_edit_of_a_few_percent_to_any_table_of_a_committed_entry_fails_verify() {
             let edited = format!("{}| 2.9000e-03 |{}", &body[..i], &body[i + 14..]);
             p.file("e.md", &edited);
             let v = p.heddle(&["logbook", "verify", "e.md"]).code(1);
-            assert!(
-                v.stdout
-                    .contains(": entry 2.9000e-03 | now 2.0000e-03 (allowed ±0.00005e-03)"),
-                "{}",
-                v.stdout
+            assert_contains(
+                &v.stdout,
+                ": entry 2.9000e-03 | now 2.0000e-03 (allowed ±0.00005e-03)",
             );
         }
     }

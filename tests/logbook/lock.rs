@@ -2,6 +2,7 @@
 //! from the cache.
 
 use crate::project;
+use crate::support::assert_contains;
 use crate::support::Project;
 
 #[test]
@@ -13,22 +14,14 @@ fn a_run_writes_a_lock_and_status_explains_changes_against_it() {
         lock.contains("[[instance]]") && lock.contains("label = \"gen[k=1]\""),
         "{lock}"
     );
-    assert!(lock.contains("status = \"failed\""), "{lock}");
+    assert_contains(&lock, "status = \"failed\"");
     let st = p.heddle(&["status", "p.toml", "--check"]).ok();
-    assert!(
-        st.stdout.contains("4 as locked, 0 changed"),
-        "{}",
-        st.stdout
-    );
+    assert_contains(&st.stdout, "4 as locked, 0 changed");
     p.file("data/seed.txt", "4\n");
     let st = p.heddle(&["status", "p.toml", "--check"]).code(1);
-    assert!(
-        st.stdout.contains("changed  gen[k=1]  input seed changed"),
-        "{}",
-        st.stdout
-    );
+    assert_contains(&st.stdout, "changed  gen[k=1]  input seed changed");
     let st = p.heddle(&["status", "p.toml", "--set", "scale=5"]).ok();
-    assert!(st.stdout.contains("param scale 2 → 5"), "{}", st.stdout);
+    assert_contains(&st.stdout, "param scale 2 → 5");
     // The lock is stable: a no-op rerun rewrites identical bytes.
     p.file("data/seed.txt", "3\n");
     p.run("p.toml", &[]).ok();

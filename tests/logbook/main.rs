@@ -23,3 +23,12 @@ fn project() -> Project {
     p.file("p.toml", &text);
     p
 }
+
+/// [`project`] after one run, with a logbook entry made from that run at `entry`: where every
+/// verify test starts.
+fn project_with_entry(entry: &str) -> Project {
+    let p = project();
+    p.run("p.toml", &[]).ok();
+    p.heddle(&["logbook", "new", "-o", entry]).ok();
+    p
+}

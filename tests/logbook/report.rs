@@ -3,13 +3,14 @@
 
 use crate::project;
 use crate::support::Project;
+use crate::support::{assert_contains, assert_lacks};
 
 #[test]
 fn the_report_is_one_self_contained_page() {
     let p = project();
     p.run("p.toml", &[]).ok();
     let r = p.heddle(&["report", "-o", "report.html"]).ok();
-    assert!(r.stdout.contains("1 tables, 1 plots"), "{}", r.stdout);
+    assert_contains(&r.stdout, "1 tables, 1 plots");
     let html = p.read("report.html");
     for want in [
         "<svg",
@@ -132,16 +133,13 @@ fn read_at_a_glance(dom: &str) {
         "</svg>",
     );
     assert!(!dag.contains('…'), "a cut label in the DAG");
-    assert!(dag.contains("<title>gen[k=3] — failed</title>"), "{dag}");
+    assert_contains(dag, "<title>gen[k=3] — failed</title>");
     for want in [">gen</text>", ">3</text>", ">table</text>"] {
         assert!(dag.contains(want), "DAG lacks {want}: {dag}");
     }
 
     let timeline = between(body, r#"class="timeline""#, "</svg>");
-    assert!(
-        timeline.contains("seconds since the run started"),
-        "{timeline}"
-    );
+    assert_contains(timeline, "seconds since the run started");
     let ticks: Vec<&str> = timeline
         .split(r#"class="tick""#)
         .skip(1)
@@ -154,7 +152,7 @@ fn read_at_a_glance(dom: &str) {
             .all(|t| t.ends_with(" s") && t[..t.len() - 2].parse::<f64>().is_ok()),
         "{ticks:?}"
     );
-    assert!(!timeline.contains("ms since"), "{timeline}");
+    assert_lacks(timeline, "ms since");
 
     let figure = between(body, r#"<figure class="plot">"#, "</figure>");
     let (panels, legend) = figure

@@ -3,25 +3,21 @@
 
 use insta::assert_snapshot;
 
-use crate::project;
+use crate::project_with_entry;
 use crate::support::docker;
 use crate::support::Project;
+use crate::support::{assert_contains, assert_lacks};
 
 #[test]
 fn an_entry_made_from_a_run_verifies_and_an_edited_number_fails_by_name() {
-    let p = project();
-    p.run("p.toml", &[]).ok();
-    p.heddle(&["logbook", "new", "-o", "logbook/e.md"]).ok();
+    let p = project_with_entry("logbook/e.md");
     let entry = p.read("logbook/e.md");
-    assert!(entry.contains("pipeline_file: p.toml"), "{entry}");
-    assert!(
-        entry.contains("<!-- heddle:begin table src=table#md"),
-        "{entry}"
-    );
-    assert!(entry.contains("| k=1 | 5.25 | 1.5x |"), "{entry}");
-    assert!(
-        entry.contains("- `gen[k=3]` FAILED ValueError: k=3 is not supported"),
-        "{entry}"
+    assert_contains(&entry, "pipeline_file: p.toml");
+    assert_contains(&entry, "<!-- heddle:begin table src=table#md");
+    assert_contains(&entry, "| k=1 | 5.25 | 1.5x |");
+    assert_contains(
+        &entry,
+        "- `gen[k=3]` FAILED ValueError: k=3 is not supported",
     );
     // Prose the author adds outside the markers survives a refresh.
     let with_prose = entry.replace(
@@ -30,32 +26,25 @@ fn an_entry_made_from_a_run_verifies_and_an_edited_number_fails_by_name() {
     );
     p.file("logbook/e.md", &with_prose);
     let v = p.heddle(&["logbook", "verify", "logbook/e.md"]).ok();
-    assert!(
-        v.stdout
-            .contains("ok    table#md row \"k=1\" col \"value\": 5.25 | 5.25"),
-        "{}",
-        v.stdout
+    assert_contains(
+        &v.stdout,
+        "ok    table#md row \"k=1\" col \"value\": 5.25 | 5.25",
     );
-    assert!(
-        v.stdout
-            .contains("ok    failure gen[k=3]: FAILED ValueError reproduced"),
-        "{}",
-        v.stdout
+    assert_contains(
+        &v.stdout,
+        "ok    failure gen[k=3]: FAILED ValueError reproduced",
     );
-    assert!(v.stdout.contains("0 differ"), "{}", v.stdout);
+    assert_contains(&v.stdout, "0 differ");
 
     let edited = with_prose.replace("| k=2 | 7.25 |", "| k=2 | 7.5 |");
     assert_ne!(edited, with_prose);
     p.file("logbook/e.md", &edited);
     let v = p.heddle(&["logbook", "verify", "logbook/e.md"]).code(1);
-    assert!(
-        v.stdout.contains(
-            "DIFF  table#md row \"k=2\" col \"value\": entry 7.5 | now 7.25 (allowed ±0.05)"
-        ),
-        "{}",
-        v.stdout
+    assert_contains(
+        &v.stdout,
+        "DIFF  table#md row \"k=2\" col \"value\": entry 7.5 | now 7.25 (allowed ±0.05)",
     );
-    assert!(v.stdout.contains("1 differ"), "{}", v.stdout);
+    assert_contains(&v.stdout, "1 differ");
 
     p.heddle(&["logbook", "refresh", "logbook/e.md"]).ok();
     let refreshed = p.read("logbook/e.md");
@@ -71,9 +60,7 @@ fn an_entry_made_from_a_run_verifies_and_an_edited_number_fails_by_name() {
 /// beyond them is named. Snapshots in `tests/logbook/snapshots/`.
 #[test]
 fn verify_prints_every_value_the_rule_and_each_difference_exactly() {
-    let p = project();
-    p.run("p.toml", &[]).ok();
-    p.heddle(&["logbook", "new", "-o", "e.md"]).ok();
+    let p = project_with_entry("e.md");
     let entry = p.read("e.md");
     // `heddle logbook verify e.md EXTRA…` of `text`, expecting exit `code`.
     let verify = |text: &str, extra: &[&str], code: i32| {
@@ -140,36 +127,28 @@ fn an_entry_whose_image_is_absent_says_so_and_exits_2() {
         v.stderr
     );
     if docker::engine_reachable() {
-        assert!(
-            v.stderr
-                .contains("image heddle-test/absent:never is not present in the Docker Engine"),
-            "{}",
-            v.stderr
+        assert_contains(
+            &v.stderr,
+            "image heddle-test/absent:never is not present in the Docker Engine",
         );
     }
-    assert!(!v.stdout.contains("differ"), "{}", v.stdout);
+    assert_lacks(&v.stdout, "differ");
 }
 
 #[test]
 fn a_failure_that_stops_failing_is_a_difference() {
-    let p = project();
-    p.run("p.toml", &[]).ok();
-    p.heddle(&["logbook", "new", "-o", "e.md"]).ok();
+    let p = project_with_entry("e.md");
     p.file("data/fix", "");
     let v = p.heddle(&["logbook", "verify", "e.md"]).code(1);
-    assert!(
-        v.stdout
-            .contains("DIFF  failure gen[k=3]: entry FAILED ValueError | now it succeeds"),
-        "{}",
-        v.stdout
+    assert_contains(
+        &v.stdout,
+        "DIFF  failure gen[k=3]: entry FAILED ValueError | now it succeeds",
     );
 }
 
 #[test]
 fn fresh_verify_reexecutes_in_a_private_cache_twice() {
-    let p = project();
-    p.run("p.toml", &[]).ok();
-    p.heddle(&["logbook", "new", "-o", "e.md"]).ok();
+    let p = project_with_entry("e.md");
     let before = p.heddle(&["runs"]).ok().stdout.lines().count();
     let v = p
         .heddle(&["logbook", "verify", "e.md", "--fresh", "--runs", "2"])

@@ -15,6 +15,15 @@ pub fn skip(test: &str, why: &str) {
     );
 }
 
+/// The running test's name (`module::test`), which libtest gives the thread it runs the test
+/// on: what a skip notice names.
+pub fn current_test() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("a docker test")
+        .to_string()
+}
+
 /// Whether the docker CLI reaches an engine.
 pub fn engine_reachable() -> bool {
     quiet(&["info", "--format", "{{.ServerVersion}}"])

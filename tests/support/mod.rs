@@ -5,12 +5,14 @@
 //! - [`process`]: waiting on processes and files, signals, whether a pid is alive;
 //! - [`docker`]: the guard that skips a test without an engine, or fails it under
 //!   `HEDDLE_REQUIRE_DOCKER=1`;
+//! - [`expect`]: substring checks that show the whole text when they fail;
 //! - [`snapshot`]: user-facing text with its temp paths normalised, for exact-output tests;
 //! - [`require`]: skip a test without its tool, or fail it when the suite requires the tool;
 //! - [`tmpfs`]: a full or read-only disk (root only).
 #![allow(dead_code, unused_imports)]
 
 pub mod docker;
+pub mod expect;
 pub mod process;
 pub mod project;
 pub mod records;
@@ -19,6 +21,7 @@ pub mod snapshot;
 #[cfg(target_os = "linux")]
 pub mod tmpfs;
 
+pub use expect::{assert_contains, assert_lacks};
 pub use process::alive;
 pub use project::{bin, copy_tree, fill, repo_root, Project, Run};
 pub use records::instance;

@@ -35,6 +35,14 @@ impl Run {
     pub fn all(&self) -> String {
         format!("{}{}", self.stdout, self.stderr)
     }
+
+    /// The line of this `heddle plan` output that is about instance `label` (its second word).
+    pub fn plan_line(&self, label: &str) -> &str {
+        self.stdout
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(label))
+            .unwrap_or_else(|| panic!("no plan line for {label}:\n{}", self.stdout))
+    }
 }
 
 impl From<Output> for Run {
@@ -75,6 +83,13 @@ impl Project {
     pub fn with_pipeline(pipeline: &str) -> Project {
         let p = Project::new();
         p.file("p.toml", pipeline);
+        p
+    }
+
+    /// A project whose `.heddle/hosts.toml` (the engines stages may be placed on) is `hosts`.
+    pub fn with_hosts(hosts: &str) -> Project {
+        let p = Project::new();
+        p.file(".heddle/hosts.toml", hosts);
         p
     }
 

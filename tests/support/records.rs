@@ -1,5 +1,6 @@
 //! Questions asked of a run record (`heddle show last --json`): its instances are a list of
-//! `[label, instance record]` pairs, so finding one by label is written here, once. Also the
+//! `[label, instance record]` pairs, so finding one by label, and reading its status and error,
+//! are written here, once. Also the
 //! cells of a Markdown table row, as report stages write them.
 
 use std::collections::BTreeMap;
@@ -36,6 +37,38 @@ pub fn run_id(record: &Value) -> String {
 /// An instance's status word (`ok`, `failed`, `skipped`), `?` when it has none.
 pub fn status(instance: &Value) -> &str {
     instance["status"]["status"].as_str().unwrap_or("?")
+}
+
+/// An instance's error class (`InputModified`, `Interrupted`, …), empty when it has none.
+pub fn error_class(instance: &Value) -> &str {
+    instance["status"]["error_class"].as_str().unwrap_or("")
+}
+
+/// An instance's error message, empty when it has none.
+pub fn error(instance: &Value) -> &str {
+    instance["status"]["error"].as_str().unwrap_or("")
+}
+
+/// The instance failed with exactly this error class and message.
+#[track_caller]
+pub fn assert_failed(instance: &Value, class: &str, message: &str) {
+    assert_eq!(
+        (status(instance), error_class(instance), error(instance)),
+        ("failed", class, message),
+        "{instance:#}"
+    );
+}
+
+/// The run ended interrupted, and so did its instance `label` (the one a signal stopped);
+/// `case` names the signal or scenario in a failure.
+#[track_caller]
+pub fn assert_interrupted(record: &Value, label: &str, case: &str) {
+    assert_eq!(record["status"], "interrupted", "{case}: {record:#}");
+    assert_eq!(
+        error_class(instance(record, label)),
+        "Interrupted",
+        "{case}: {record:#}"
+    );
 }
 
 /// Whether the instance was served from a cache.
