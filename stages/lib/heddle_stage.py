@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import tempfile
+import traceback
 
 
 def record_error(exc):
@@ -24,6 +25,56 @@ def record_error(exc):
                 json.dump({"class": type(exc).__name__, "message": str(exc)}, f)
         except OSError:
             pass
+
+
+def run(work):
+    """`work()`'s result, or the stage fails the way every stage here fails: the exception is recorded (see
+    record_error), its traceback printed, and the process exits 1. SystemExit and KeyboardInterrupt pass through;
+    any other BaseException (an SDK may raise one) is a failure like an Exception."""
+    try:
+        return work()
+    except BaseException as e:
+        if isinstance(e, (SystemExit, KeyboardInterrupt)):
+            raise
+        record_error(e)
+        traceback.print_exc()
+        sys.exit(1)
+
+
+def write_json(path, obj):
+    """`obj` as indented JSON at `path` (a stage's report or metadata output)."""
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2)
+
+
+def write_report(path, report, keys=None):
+    """The stage's report at `path` (write_json), and one line of it on stderr for the log: the whole report, or
+    only its `keys`."""
+    write_json(path, report)
+    print(json.dumps(report if keys is None else {k: report[k] for k in keys}), file=sys.stderr)
+
+
+def load_json(path):
+    """The JSON at `path`, or None when it is missing or not JSON (a gathered member's matrix.json or
+    status.json)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def gathered(folder):
+    """The members of a gathered input as heddle lays it out, one sub-folder each: (name, path, matrix, status) in
+    name order, matrix and status as load_json reads matrix.json and status.json. Nothing when `folder` is unbound
+    ('') or absent."""
+    if not folder or not os.path.isdir(folder):
+        return
+    for name in sorted(os.listdir(folder)):
+        sub = os.path.join(folder, name)
+        if os.path.isdir(sub):
+            yield (name, sub, load_json(os.path.join(sub, "matrix.json")),
+                   load_json(os.path.join(sub, "status.json")))
 
 
 def ensure_writable_home():

@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import sys
-import traceback
 
 import numpy as np
 
@@ -75,6 +74,14 @@ def build(folder, size, meta, mode, scale, mean, std, channels, holdout, limit):
                               "images": index}
 
 
+def read_meta(path):
+    """The model's meta.json, or None: an optional input heddle did not bind renders as an empty string."""
+    if not path:
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", required=True)
@@ -92,22 +99,11 @@ def main(argv=None):
     ap.add_argument("--out-index", required=True)
     a = ap.parse_args(argv)
     import heddle_stage as hs  # included by the definition: beside this script
-    try:
-        meta = None
-        # An optional input heddle did not bind renders as an empty string.
-        if a.meta:
-            with open(a.meta) as f:
-                meta = json.load(f)
-        calib, held, index = build(a.images, json.loads(a.size), meta, a.resize, a.scale, json.loads(a.mean),
-                                   json.loads(a.std), a.channels, a.holdout, a.limit)
-    except Exception as e:
-        hs.record_error(e)
-        traceback.print_exc()
-        sys.exit(1)
+    calib, held, index = hs.run(lambda: build(a.images, json.loads(a.size), read_meta(a.meta), a.resize, a.scale,
+                                              json.loads(a.mean), json.loads(a.std), a.channels, a.holdout, a.limit))
     np.save(a.out_calib, calib)
     np.save(a.out_heldout, held)
-    with open(a.out_index, "w") as f:
-        json.dump(index, f, indent=2)
+    hs.write_json(a.out_index, index)
     print(f"calib {calib.shape}, held out {held.shape}, float32 NHWC", file=sys.stderr)
 
 

@@ -7,9 +7,19 @@ An SDK exception is written as {class, message} to $HEDDLE_ERROR_FILE.
 """
 import argparse
 import hashlib
-import json
-import sys
-import traceback
+
+
+def compile_har(hs, har, hw_arch, out_hef, out_har):
+    """Compiles `har`, writes the HEF and the compiled HAR, and returns the report."""
+    hs.ensure_writable_home()
+    from hailo_sdk_client import ClientRunner
+    runner = ClientRunner(hw_arch=hw_arch, har=har)
+    hef = runner.compile()
+    with open(out_hef, "wb") as f:
+        f.write(hef)
+    runner.save_har(out_har)
+    return {"sdk": hs.sdk_identity(), "hw_arch": hw_arch, "hef_bytes": len(hef),
+            "hef_sha256": hashlib.sha256(hef).hexdigest()}
 
 
 def main(argv=None):
@@ -21,23 +31,8 @@ def main(argv=None):
     ap.add_argument("--out-report", required=True)
     a = ap.parse_args(argv)
     import heddle_stage as hs  # included by the definition: beside this script
-    try:
-        hs.ensure_writable_home()
-        from hailo_sdk_client import ClientRunner
-        runner = ClientRunner(hw_arch=a.hw_arch, har=a.har)
-        hef = runner.compile()
-        with open(a.out_hef, "wb") as f:
-            f.write(hef)
-        runner.save_har(a.out_har)
-    except Exception as e:
-        hs.record_error(e)
-        traceback.print_exc()
-        sys.exit(1)
-    rep = {"sdk": hs.sdk_identity(), "hw_arch": a.hw_arch, "hef_bytes": len(hef),
-           "hef_sha256": hashlib.sha256(hef).hexdigest()}
-    with open(a.out_report, "w") as f:
-        json.dump(rep, f, indent=2)
-    print(json.dumps(rep), file=sys.stderr)
+    rep = hs.run(lambda: compile_har(hs, a.har, a.hw_arch, a.out_hef, a.out_har))
+    hs.write_report(a.out_report, rep)
 
 
 if __name__ == "__main__":

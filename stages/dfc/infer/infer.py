@@ -12,9 +12,6 @@ them (channels-last); eval/compare brings them to the float model's layout. A mo
 the real DFC until someone runs it there.
 """
 import argparse
-import json
-import sys
-import traceback
 
 
 def hn_input(runner):
@@ -26,7 +23,8 @@ def hn_input(runner):
     return names[0], list(hn["layers"][names[0]]["input_shapes"][0][1:])
 
 
-def infer(hs, har, heldout, context, hw_arch, batch_size):
+def infer(hs, har, heldout, context, hw_arch, batch_size, out_outputs):
+    """Runs the held-out set through `context`, saves the outputs at `out_outputs` and returns the report."""
     import numpy as np
     hs.ensure_writable_home()
     from hailo_sdk_client import ClientRunner, InferenceContext
@@ -41,7 +39,10 @@ def infer(hs, har, heldout, context, hw_arch, batch_size):
         if len(y) != 1:
             raise ValueError(f"the model has {len(y)} outputs; eval/compare compares one")
         y = y[0]
-    return name, x, np.asarray(y, dtype=np.float32)
+    y = np.asarray(y, dtype=np.float32)
+    np.save(out_outputs, y)
+    return {"sdk": hs.sdk_identity(), "hw_arch": hw_arch, "context": context, "hn_input_layer": name,
+            "input_shape_nhwc": list(x.shape), "output_shape": list(y.shape), "layout": "as the SDK returns it (NHWC)"}
 
 
 def main(argv=None):
@@ -55,19 +56,8 @@ def main(argv=None):
     ap.add_argument("--out-report", required=True)
     a = ap.parse_args(argv)
     import heddle_stage as hs  # included by the definition: beside this script
-    try:
-        name, x, y = infer(hs, a.har, a.heldout, a.context, a.hw_arch, a.batch_size)
-        import numpy as np
-        np.save(a.out_outputs, y)
-    except Exception as e:
-        hs.record_error(e)
-        traceback.print_exc()
-        sys.exit(1)
-    rep = {"sdk": hs.sdk_identity(), "hw_arch": a.hw_arch, "context": a.context, "hn_input_layer": name,
-           "input_shape_nhwc": list(x.shape), "output_shape": list(y.shape), "layout": "as the SDK returns it (NHWC)"}
-    with open(a.out_report, "w") as f:
-        json.dump(rep, f, indent=2)
-    print(json.dumps(rep), file=sys.stderr)
+    rep = hs.run(lambda: infer(hs, a.har, a.heldout, a.context, a.hw_arch, a.batch_size, a.out_outputs))
+    hs.write_report(a.out_report, rep)
 
 
 if __name__ == "__main__":

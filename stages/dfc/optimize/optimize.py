@@ -30,12 +30,10 @@ never cached under the requested level. An exception inside the SDK is recorded 
 $HEDDLE_ERROR_FILE. Untested against the real DFC until someone runs it there.
 """
 import argparse
-import json
 import os
 import re
 import sys
 import tempfile
-import traceback
 
 import model_script as ms  # beside this script: the stage's lines and their merge with a user's .alls
 
@@ -192,17 +190,10 @@ def main(argv=None):
     ap.add_argument("--out-report", required=True)
     a = ap.parse_args(argv)
     import heddle_stage as hs  # included by the definition: beside this script
-    try:
-        rep = optimize(hs, a.har, a.calib, a.hw_arch, a.precision, a.level, a.compression, a.batch_size,
-                       a.calibset_size, a.out_har, a.model_script, a.cuda_visible_devices, a.alls)
-    except Exception as e:
-        hs.record_error(e)
-        traceback.print_exc()
-        sys.exit(1)
-    with open(a.out_report, "w") as f:
-        json.dump(rep, f, indent=2)
-    print(json.dumps({k: rep[k] for k in ("precision", "optimization_level_requested", "optimization_level_used",
-                                          "qaft_done", "calibration_entries")}), file=sys.stderr)
+    rep = hs.run(lambda: optimize(hs, a.har, a.calib, a.hw_arch, a.precision, a.level, a.compression, a.batch_size,
+                                  a.calibset_size, a.out_har, a.model_script, a.cuda_visible_devices, a.alls))
+    hs.write_report(a.out_report, rep, ("precision", "optimization_level_requested", "optimization_level_used",
+                                        "qaft_done", "calibration_entries"))
 
 
 if __name__ == "__main__":

@@ -11,8 +11,6 @@ $HEDDLE_ERROR_FILE and the stage exits 1.
 """
 import argparse
 import json
-import sys
-import traceback
 
 
 def translate_args(meta):
@@ -22,11 +20,12 @@ def translate_args(meta):
             "net_input_shapes": {start: list(meta["input_shape_nchw"])}}
 
 
-def translate(hs, model, meta, hw_arch, net_name, out_har):
+def translate(hs, model, meta_path, hw_arch, net_name, out_har):
+    with open(meta_path) as f:
+        names = translate_args(json.load(f))
     hs.ensure_writable_home()
     from hailo_sdk_client import ClientRunner
     runner = ClientRunner(hw_arch=hw_arch)
-    names = translate_args(meta)
     runner.translate_onnx_model(model, net_name, **names)
     runner.save_har(out_har)
     hn = runner.get_hn_dict()
@@ -46,17 +45,8 @@ def main(argv=None):
     ap.add_argument("--out-report", required=True)
     a = ap.parse_args(argv)
     import heddle_stage as hs  # included by the definition: beside this script
-    try:
-        with open(a.meta) as f:
-            meta = json.load(f)
-        rep = translate(hs, a.model, meta, a.hw_arch, a.net_name, a.out_har)
-    except Exception as e:
-        hs.record_error(e)
-        traceback.print_exc()
-        sys.exit(1)
-    with open(a.out_report, "w") as f:
-        json.dump(rep, f, indent=2)
-    print(json.dumps(rep), file=sys.stderr)
+    rep = hs.run(lambda: translate(hs, a.model, a.meta, a.hw_arch, a.net_name, a.out_har))
+    hs.write_report(a.out_report, rep)
 
 
 if __name__ == "__main__":

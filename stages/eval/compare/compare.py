@@ -21,33 +21,17 @@ import argparse
 import json
 import os
 import sys
-import traceback
 
 import numpy as np
 
 
-def load_json(p):
-    try:
-        with open(p) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def members(folder):
+def members(hs, folder):
     """(matrix, status, model path or None) per member of a gathered folder, in name order."""
     out = []
-    if not folder or not os.path.isdir(folder):
-        return out
-    for name in sorted(os.listdir(folder)):
-        sub = os.path.join(folder, name)
-        if not os.path.isdir(sub):
-            continue
-        matrix = load_json(os.path.join(sub, "matrix.json")) or {}
-        status = load_json(os.path.join(sub, "status.json")) or {}
+    for _name, sub, matrix, status in hs.gathered(folder):
         files = sorted(os.listdir(sub))
         models = [f for f in files if f.endswith(".onnx")] or [f for f in files if f.endswith(".npy")]
-        out.append((matrix, status, os.path.join(sub, models[0]) if models else None))
+        out.append((matrix or {}, status or {}, os.path.join(sub, models[0]) if models else None))
     return out
 
 
@@ -131,33 +115,35 @@ def main(argv=None):
     ap.add_argument("--out-plots", required=True)
     a = ap.parse_args(argv)
     import heddle_stage as hs  # included by the definition: beside this script
-    try:
-        with open(a.meta) as f:
-            meta = json.load(f)
-        x = np.load(a.heldout).transpose(0, 3, 1, 2).astype(np.float32)  # NHWC -> the model's NCHW
-        if bool(a.float) == bool(a.reference):
-            raise ValueError("bind exactly one float reference: `float` (an ONNX model) or `reference` (outputs .npy)")
-        ref = saved_outputs(a.reference) if a.reference else outputs(a.float, meta, x)
-        a.reference_label = a.reference_label if a.reference else "onnxruntime CPU, fp32"
-        rows = []
-        for spec in a.context:
-            name, _, folder = spec.partition("=")
-            for matrix, status, model in members(folder):
-                # a member's own `context` (dfc/infer's matrix) names its row; NAME otherwise
-                row = {"context": name, **{k: str(v) for k, v in matrix.items()}}
-                st = status.get("status", "ok" if model else "failed")
-                if st == "ok" and model:
-                    row.update(status="ok", **metrics(ref, member_outputs(model, meta, x, ref)))
-                else:
-                    row.update(status=st, error=error_of(status))
-                rows.append(row)
-        if not rows:
-            raise ValueError("no quantised context to compare: the `quant` gather is empty")
-    except Exception as e:
-        hs.record_error(e)
-        traceback.print_exc()
-        sys.exit(1)
+    meta, x, rows = hs.run(lambda: evaluate(hs, a))
     write(a, meta, x, rows)
+
+
+def evaluate(hs, a):
+    """(meta, held-out images NCHW, one row per member of each context); sets a.reference_label when the reference
+    is --float."""
+    with open(a.meta) as f:
+        meta = json.load(f)
+    x = np.load(a.heldout).transpose(0, 3, 1, 2).astype(np.float32)  # NHWC -> the model's NCHW
+    if bool(a.float) == bool(a.reference):
+        raise ValueError("bind exactly one float reference: `float` (an ONNX model) or `reference` (outputs .npy)")
+    ref = saved_outputs(a.reference) if a.reference else outputs(a.float, meta, x)
+    a.reference_label = a.reference_label if a.reference else "onnxruntime CPU, fp32"
+    rows = []
+    for spec in a.context:
+        name, _, folder = spec.partition("=")
+        for matrix, status, model in members(hs, folder):
+            # a member's own `context` (dfc/infer's matrix) names its row; NAME otherwise
+            row = {"context": name, **{k: str(v) for k, v in matrix.items()}}
+            st = status.get("status", "ok" if model else "failed")
+            if st == "ok" and model:
+                row.update(status="ok", **metrics(ref, member_outputs(model, meta, x, ref)))
+            else:
+                row.update(status=st, error=error_of(status))
+            rows.append(row)
+    if not rows:
+        raise ValueError("no quantised context to compare: the `quant` gather is empty")
+    return meta, x, rows
 
 
 def write(a, meta, x, rows):

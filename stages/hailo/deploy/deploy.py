@@ -24,9 +24,7 @@ import os
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
-import traceback
 
 
 class HailoCliError(RuntimeError):
@@ -192,23 +190,15 @@ def main(argv=None):
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     import heddle_stage as hs  # included by the definition: beside this script
-    try:
-        out = deploy(a)
-    except Exception as e:
-        hs.record_error(e)
-        traceback.print_exc()
-        sys.exit(1)
-    with open(a.out, "w") as f:
-        json.dump(out, f, indent=2)
+    out = hs.run(lambda: deploy(a))
+    hs.write_report(a.out, out, ("fps", "fps_spread", "hw_latency_ms", "overall_latency_ms", "transfer_ms",
+                                 "temperature_supported", "power_supported", "current_supported"))
     # The run record names the device and the HailoRT that made the measurement (heddle reads this file).
     facts = os.environ.get("HEDDLE_FACTS_FILE")
     if facts:
         with open(facts, "w") as f:
             json.dump({"device": out["device"], "hailortcli": a.hailortcli,
                        "hailortcli_version": out["hailortcli_version"]}, f)
-    print(json.dumps({k: out[k] for k in ("fps", "fps_spread", "hw_latency_ms", "overall_latency_ms", "transfer_ms",
-                                          "temperature_supported", "power_supported", "current_supported")}),
-          file=sys.stderr)
 
 
 if __name__ == "__main__":

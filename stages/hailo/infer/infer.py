@@ -15,11 +15,18 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import argparse  # noqa: E402
-import traceback  # noqa: E402
 
 import probe  # noqa: E402
 from hailo_context import HailoContext, check_platform  # noqa: E402
 from mezo import NumpyFloatContext  # noqa: E402
+
+
+def probe_on_device(a):
+    # Fail before any work when hailo_platform is missing, old, or not HailoRT's version.
+    platform = check_platform(a.hailortcli)
+    print(f"[hailo/infer] {platform}", file=sys.stderr)
+    probe.run_probe(a, lambda: HailoContext(a.hef, a.timeout_ms, a.hailortcli),
+                    lambda: NumpyFloatContext(a.weights), {"backend": "hailo"})
 
 
 def main(argv=None):
@@ -31,16 +38,7 @@ def main(argv=None):
     probe.common_args(ap)
     a = ap.parse_args(argv)
     import heddle_stage as hs  # included by the definition: beside this script
-    try:
-        # Fail before any work when hailo_platform is missing, old, or not HailoRT's version.
-        platform = check_platform(a.hailortcli)
-        print(f"[hailo/infer] {platform}", file=sys.stderr)
-        probe.run_probe(a, lambda: HailoContext(a.hef, a.timeout_ms, a.hailortcli),
-                        lambda: NumpyFloatContext(a.weights), {"backend": "hailo"})
-    except Exception as e:
-        hs.record_error(e)
-        traceback.print_exc()
-        sys.exit(1)
+    hs.run(lambda: probe_on_device(a))
 
 
 if __name__ == "__main__":

@@ -21,14 +21,6 @@ import sys
 PRECISION_ORDER = ["a16_w16", "a16_w8", "a16_w4", "a8_w8", "a8_w4"]
 
 
-def load_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def parse_label_dir(name):
     out = {}
     for part in name.split(","):
@@ -38,11 +30,11 @@ def parse_label_dir(name):
     return out
 
 
-def find_probe(folder):
+def find_probe(hs, folder):
     for root, _dirs, files in os.walk(folder):
         for fn in sorted(files):
             if fn.endswith(".json") and fn not in ("matrix.json", "status.json"):
-                d = load_json(os.path.join(root, fn))
+                d = hs.load_json(os.path.join(root, fn))
                 if isinstance(d, dict) and d.get("kind") == "mezo-probe":
                     return d
     return None
@@ -63,19 +55,16 @@ def error_line(status):
     return err or "failed (no error recorded)", status.get("label")
 
 
-def collect(dirs):
+def collect(hs, dirs):
     members = []
     for d in dirs:
         if not d or not os.path.isdir(d):
             print(f"[compare] warning: gathered folder {d!r} missing", file=sys.stderr)
             continue
-        for name in sorted(os.listdir(d)):
-            sub = os.path.join(d, name)
-            if not os.path.isdir(sub):
-                continue
-            matrix = load_json(os.path.join(sub, "matrix.json")) or parse_label_dir(name)
-            status = load_json(os.path.join(sub, "status.json")) or {}
-            probe = find_probe(sub) if status.get("status", "ok") == "ok" else None
+        for name, sub, matrix, status in hs.gathered(d):
+            matrix = matrix or parse_label_dir(name)
+            status = status or {}
+            probe = find_probe(hs, sub) if status.get("status", "ok") == "ok" else None
             st = status.get("status") or ("ok" if probe else "failed")
             if st == "ok" and probe is None:
                 st = "failed"
@@ -233,7 +222,8 @@ def main(argv=None):
     ap.add_argument("--out-plots", help="heddle plots file (heddle report draws it)")
     ap.add_argument("--context-order", default="[]", help="JSON list: contexts in this order, the rest by name")
     a = ap.parse_args(argv)
-    members = collect(a.probes_dir)
+    import heddle_stage as hs  # included by the definition: beside this script
+    members = collect(hs, a.probes_dir)
     md, agreement, failures = render(members, a.title, json.loads(a.context_order))
     with open(a.out_md, "w") as f:
         f.write(md)

@@ -19,7 +19,6 @@ import math
 import os
 import sys
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
@@ -180,15 +179,8 @@ def main(argv=None):
         fref = {"ort": "ORT_FLOAT", "dfc": "SDK_NATIVE"}[a.backend]
     kw = dict(quant=a.quant, float_model=a.float_model, weights=a.weights, hw_arch=a.hw_arch, threads=a.threads,
               helpers=hs)
-    try:
-        run_probe(a, lambda: make_context(a.backend, a.context, **kw),
-                  lambda: make_context(a.backend, fref, **kw), {"backend": a.backend})
-    except BaseException as e:
-        if isinstance(e, (SystemExit, KeyboardInterrupt)):
-            raise
-        hs.record_error(e)
-        traceback.print_exc()
-        sys.exit(1)
+    hs.run(lambda: run_probe(a, lambda: make_context(a.backend, a.context, **kw),
+                             lambda: make_context(a.backend, fref, **kw), {"backend": a.backend}))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ import argparse
 import hashlib
 import json
 import sys
-import traceback
 
 
 class ImportModelError(Exception):
@@ -151,6 +150,14 @@ def import_model(path, input_name, output_name, dims, batch, shape=()):
     return model, meta
 
 
+def import_and_save(a):
+    """The stage's work on its arguments: import --model, save the fixed model at --out-onnx; returns the meta."""
+    import onnx
+    model, meta = import_model(a.model, a.input, a.output, json.loads(a.dims), a.batch, json.loads(a.shape))
+    onnx.save(model, a.out_onnx)
+    return meta
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
@@ -163,16 +170,8 @@ def main(argv=None):
     ap.add_argument("--out-meta", required=True)
     a = ap.parse_args(argv)
     import heddle_stage as hs  # included by the definition: beside this script
-    try:
-        import onnx
-        model, meta = import_model(a.model, a.input, a.output, json.loads(a.dims), a.batch, json.loads(a.shape))
-        onnx.save(model, a.out_onnx)
-    except Exception as e:
-        hs.record_error(e)
-        traceback.print_exc()
-        sys.exit(1)
-    with open(a.out_meta, "w") as f:
-        json.dump(meta, f, indent=2)
+    meta = hs.run(lambda: import_and_save(a))
+    hs.write_json(a.out_meta, meta)
     print(f"imported {meta['input_name']} {meta['input_shape_nchw']} -> {meta['output_name']} "
           f"{meta['output_shape_nchw']}, opset {meta['opset']}", file=sys.stderr)
 

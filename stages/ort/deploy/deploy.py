@@ -9,13 +9,10 @@ temperature_c / power_w: null with a reason (not measured on the host CPU); powe
 Timings are host-dependent, so this stage should not be cached as a measurement (cache = false).
 """
 import argparse
-import json
 import os
 import platform
 import statistics
-import sys
 import time
-import traceback
 
 import numpy as np
 
@@ -73,12 +70,7 @@ def main(argv=None):
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     import heddle_stage as hs  # included by the definition: beside this script
-    try:
-        b = bench(a.model, a.seconds, a.threads)
-    except Exception as e:
-        hs.record_error(e)
-        traceback.print_exc()
-        sys.exit(1)
+    b = hs.run(lambda: bench(a.model, a.seconds, a.threads))
     out = {
         "kind": "deploy-benchmark", "backend": "ort-cpu", "instance": os.environ.get("HEDDLE_INSTANCE", ""),
         "device": {"architecture": f"{platform.machine()} CPU ({cpu_name()})", "firmware": None,
@@ -88,9 +80,7 @@ def main(argv=None):
         "power_supported": False, "power_w": None, "power_note": "not measured on the host CPU",
         "details": b,
     }
-    with open(a.out, "w") as f:
-        json.dump(out, f, indent=2)
-    print(json.dumps({k: out[k] for k in ("fps", "hw_latency_ms", "overall_latency_ms")}), file=sys.stderr)
+    hs.write_report(a.out, out, ("fps", "hw_latency_ms", "overall_latency_ms"))
 
 
 if __name__ == "__main__":

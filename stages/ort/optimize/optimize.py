@@ -10,9 +10,6 @@ Hailo docs describe (unsigned activations with zero point, signed weights). The 
 and is transposed to NCHW for the ONNX model. Any exception is recorded as {class, message} in $HEDDLE_ERROR_FILE.
 """
 import argparse
-import json
-import sys
-import traceback
 
 import numpy as np
 
@@ -78,18 +75,10 @@ def main(argv=None):
     ap.add_argument("--out-report", required=True)
     a = ap.parse_args(argv)
     import heddle_stage as hs  # included by the definition: beside this script
-    try:
-        rep = quantize(a.model, a.calib, a.out_model, a.precision, a.samples, a.batch,
-                       a.per_channel.lower() in ("1", "true", "yes"), a.method,
-                       a.reduce_range.lower() in ("1", "true", "yes"))
-    except Exception as e:
-        hs.record_error(e)
-        traceback.print_exc()
-        sys.exit(1)
-    with open(a.out_report, "w") as f:
-        json.dump(rep, f, indent=2)
-    print(json.dumps({k: rep[k] for k in ("precision", "activation_type", "weight_type", "calibration_entries")}),
-          file=sys.stderr)
+    rep = hs.run(lambda: quantize(a.model, a.calib, a.out_model, a.precision, a.samples, a.batch,
+                                  a.per_channel.lower() in ("1", "true", "yes"), a.method,
+                                  a.reduce_range.lower() in ("1", "true", "yes")))
+    hs.write_report(a.out_report, rep, ("precision", "activation_type", "weight_type", "calibration_entries"))
 
 
 if __name__ == "__main__":
