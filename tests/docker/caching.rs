@@ -6,67 +6,52 @@ use std::process::{Command, Stdio};
 use heddle_containers::test_images;
 use serde_json::Value;
 
-use crate::events::Creates;
+use crate::events::run_watched;
+use crate::support::assert_contains;
 use crate::support::fill;
-use crate::support::records::run_id;
 use crate::support::{docker, instance, Project};
-use crate::{busybox_project, engine_or_skip, unique, BUSYBOX};
+use crate::{unique, BUSYBOX};
 
 #[test]
 fn container_outputs_are_stored_and_restored_without_running_again() {
-    let Some((_d, _gc)) = engine_or_skip("container_outputs_are_stored_and_restored") else {
-        return;
-    };
-    let p = busybox_project(include_str!("fixtures/stored_and_restored.toml"));
-    let watch = Creates::watch();
-    p.run("p.toml", &[]).ok();
-    let first = run_id(&p.last_record());
-    assert_eq!(Creates::of_run(&watch.finish(), &first), ["up"]);
+    let (p, _d, _gc) = busybox_test!(include_str!("fixtures/stored_and_restored.toml"));
+    assert_eq!(run_watched(&p).created, ["up"]);
     assert_eq!(p.read("out/st/up/u.txt"), "HELLO\n");
     assert_eq!(p.read("out/st/up/tree/leaf.txt"), "leaf\n");
 
     std::fs::remove_file(p.path("out/st/up/u.txt")).unwrap();
     std::fs::remove_dir_all(p.path("out/st/up/tree")).unwrap();
-    let watch = Creates::watch();
-    p.run("p.toml", &[]).ok();
-    let rec = p.last_record();
+    let restore = run_watched(&p);
     assert!(
-        Creates::of_run(&watch.finish(), &run_id(&rec)).is_empty(),
+        restore.created.is_empty(),
         "a restore must not create a container"
     );
-    assert_eq!(instance(&rec, "up")["cached"], true);
+    assert_eq!(instance(&restore.record, "up")["cached"], true);
     assert_eq!(p.read("out/st/up/u.txt"), "HELLO\n");
     assert_eq!(p.read("out/st/up/tree/leaf.txt"), "leaf\n");
 }
 
 #[test]
 fn a_cache_hit_creates_no_container() {
-    let Some((d, _gc)) = engine_or_skip("a_cache_hit_creates_no_container") else {
-        return;
-    };
-    let p = busybox_project(include_str!("fixtures/cache_hit.toml"));
-    let watch = Creates::watch();
-    p.run("p.toml", &[]).ok();
-    let first = run_id(&p.last_record());
+    let (p, d, _gc) = busybox_test!(include_str!("fixtures/cache_hit.toml"));
+    let first = run_watched(&p);
     assert_eq!(
-        Creates::of_run(&watch.finish(), &first),
+        first.created,
         ["gen[k=1]", "gen[k=2]"],
         "the first run creates one container per container instance"
     );
     assert_eq!(
-        d.count("heddle.run", &first),
+        d.count("heddle.run", &first.id()),
         0,
         "containers are removed after they ran"
     );
     assert_eq!(p.read("out/hit/sum/s.txt"), "1\n2\n");
 
-    let watch = Creates::watch();
-    let r = p.run("p.toml", &[]).ok();
-    assert!(r.stderr.contains("0 ran, 3 cached"), "{}", r.stderr);
-    let second = run_id(&p.last_record());
-    assert_ne!(first, second);
+    let second = run_watched(&p);
+    assert_contains(&second.run.stderr, "0 ran, 3 cached");
+    assert_ne!(first.id(), second.id());
     assert!(
-        Creates::of_run(&watch.finish(), &second).is_empty(),
+        second.created.is_empty(),
         "a cache hit must not create a container"
     );
 }
@@ -90,10 +75,7 @@ impl Drop for Tag {
 
 #[test]
 fn retagging_an_image_reruns_exactly_the_stages_that_use_it() {
-    let Some((d, _gc)) = engine_or_skip("retagging_an_image_reruns_exactly_the_stages_that_use_it")
-    else {
-        return;
-    };
+    let (d, _gc) = engine!();
     let tag = Tag(format!("heddle-test/retag:{}", unique("docker")));
     docker::cli(&["tag", BUSYBOX, &tag.0]);
     let p = Project::with_pipeline(&fill(
@@ -109,13 +91,7 @@ fn retagging_an_image_reruns_exactly_the_stages_that_use_it() {
 
     docker::cli(&["tag", test_images::BUSYBOX_MOVED, &tag.0]);
     let plan = p.heddle(&["plan", "p.toml"]).ok();
-    let line = |label: &str| {
-        plan.stdout
-            .lines()
-            .find(|l| l.split_whitespace().nth(1) == Some(label))
-            .unwrap_or_else(|| panic!("no plan line for {label}:\n{}", plan.stdout))
-            .to_string()
-    };
+    let line = |label: &str| plan.plan_line(label).to_string();
     let want = format!(
         "image changed ({} → {})",
         short12(&d.busybox.id),
@@ -130,10 +106,9 @@ fn retagging_an_image_reruns_exactly_the_stages_that_use_it() {
     assert!(line("fixed").starts_with("cached"), "{}", plan.stdout);
     assert!(line("host").starts_with("cached"), "{}", plan.stdout);
 
-    let watch = Creates::watch();
-    p.run("p.toml", &[]).ok();
-    let rec = p.last_record();
-    assert_eq!(Creates::of_run(&watch.finish(), &run_id(&rec)), ["moving"]);
+    let rerun = run_watched(&p);
+    assert_eq!(rerun.created, ["moving"]);
+    let rec = rerun.record;
     let image = &instance(&rec, "moving")["image"];
     assert_eq!(image["reference"], tag.0.as_str(), "{image}");
     assert_eq!(image["id"], d.moved.id.as_str(), "{image}");
@@ -144,19 +119,17 @@ fn retagging_an_image_reruns_exactly_the_stages_that_use_it() {
 
 #[test]
 fn the_mixed_example_pipeline_runs() {
-    let Some((_d, _gc)) = engine_or_skip("the_mixed_example_pipeline_runs") else {
-        return;
-    };
+    let (_d, _gc) = engine!();
     let p = Project::new();
     let text =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/pipelines/mixed.toml"))
             .unwrap();
     p.file("pipelines/mixed.toml", &text);
     let r = p.run("pipelines/mixed.toml", &[]).ok();
-    assert!(r.stderr.contains("3 ran, 0 cached"), "{}", r.stderr);
+    assert_contains(&r.stderr, "3 ran, 0 cached");
     let report = p.read("out/mixed/report/report.md");
     assert!(report.starts_with("# Word counts"), "{report}");
-    assert!(report.contains("| the | 2 |"), "{report}");
+    assert_contains(&report, "| the | 2 |");
     let rec = p.last_record();
     assert!(instance(&rec, "count")["image"]["id"]
         .as_str()
@@ -164,5 +137,5 @@ fn the_mixed_example_pipeline_runs() {
         .starts_with("sha256:"));
     assert_eq!(instance(&rec, "write")["image"], Value::Null);
     let r = p.run("pipelines/mixed.toml", &[]).ok();
-    assert!(r.stderr.contains("0 ran, 3 cached"), "{}", r.stderr);
+    assert_contains(&r.stderr, "0 ran, 3 cached");
 }

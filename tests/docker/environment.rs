@@ -1,10 +1,11 @@
 //! Environment problems (an absent image, an unreachable engine, a socket the user may not open)
 //! stop a run before any stage starts, on one line, with exit 2.
 
+use crate::support::assert_contains;
 use crate::support::fill;
 use crate::support::Project;
 use crate::unprivileged::Unprivileged;
-use crate::{engine_or_skip, unique, BUSYBOX};
+use crate::{unique, BUSYBOX};
 
 /// A host stage that leaves a mark, then a container stage that cannot start.
 fn doomed(p: &Project, container_keys: &str) {
@@ -22,11 +23,7 @@ fn doomed(p: &Project, container_keys: &str) {
 
 #[test]
 fn a_missing_image_or_engine_stops_the_run_before_any_stage() {
-    let Some((_d, _gc)) =
-        engine_or_skip("a_missing_image_or_engine_stops_the_run_before_any_stage")
-    else {
-        return;
-    };
+    let (_d, _gc) = engine!();
     let p = Project::new();
     let absent = format!("heddle-test/{}:v1", unique("absent"));
     doomed(&p, &format!("image = \"{absent}\""));
@@ -38,7 +35,7 @@ fn a_missing_image_or_engine_stops_the_run_before_any_stage() {
         r.stderr
     );
     assert!(r.stderr.contains(&absent), "{}", r.stderr);
-    assert!(r.stderr.contains("docker load"), "{}", r.stderr);
+    assert_contains(&r.stderr, "docker load");
     assert!(!p.path("mark").exists(), "a stage ran before the check");
     // `plan` only reports: a pipeline for an image this machine lacks still validates.
     let r = p.heddle(&["plan", "p.toml"]).ok();
@@ -47,7 +44,7 @@ fn a_missing_image_or_engine_stops_the_run_before_any_stage() {
         "{}",
         r.stdout
     );
-    assert!(r.stdout.contains("docker load"), "{}", r.stdout);
+    assert_contains(&r.stdout, "docker load");
     assert!(!p.path("mark").exists(), "plan ran a stage");
 
     doomed(
@@ -61,7 +58,7 @@ fn a_missing_image_or_engine_stops_the_run_before_any_stage() {
         "one line:\n{}",
         r.stderr
     );
-    assert!(r.stderr.contains("/nonexistent.sock"), "{}", r.stderr);
+    assert_contains(&r.stderr, "/nonexistent.sock");
     assert!(!p.path("mark").exists(), "a stage ran before the check");
     assert!(!p.path("out").exists());
 
@@ -77,8 +74,8 @@ fn a_missing_image_or_engine_stops_the_run_before_any_stage() {
                 "one line:\n{}",
                 r.stderr
             );
-            assert!(r.stderr.contains("permission denied"), "{}", r.stderr);
-            assert!(r.stderr.contains("docker group"), "{}", r.stderr);
+            assert_contains(&r.stderr, "permission denied");
+            assert_contains(&r.stderr, "docker group");
             assert!(!p.path("mark").exists(), "a stage ran before the check");
         }
         _ => eprintln!(

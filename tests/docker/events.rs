@@ -7,7 +7,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::support::docker;
+use serde_json::Value;
+
+use crate::support::records::run_id;
+use crate::support::{docker, Project, Run};
 use crate::{unique, BUSYBOX};
 
 /// Watches the engine's container `create` events from now on.
@@ -89,5 +92,32 @@ impl Drop for Creates {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// One `heddle run p.toml` (which must succeed) watched through the engine's events.
+pub(crate) struct WatchedRun {
+    pub(crate) run: Run,
+    pub(crate) record: Value,
+    /// Instance labels of the containers this run created, sorted.
+    pub(crate) created: Vec<String>,
+}
+
+impl WatchedRun {
+    pub(crate) fn id(&self) -> String {
+        run_id(&self.record)
+    }
+}
+
+/// Runs `p.toml` in `p`, expecting success, and says which containers the run created.
+pub(crate) fn run_watched(p: &Project) -> WatchedRun {
+    let watch = Creates::watch();
+    let run = p.run("p.toml", &[]).ok();
+    let record = p.last_record();
+    let created = Creates::of_run(&watch.finish(), &run_id(&record));
+    WatchedRun {
+        run,
+        record,
+        created,
     }
 }

@@ -4,11 +4,14 @@
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
+
+use crate::support::assert_contains;
 use crate::support::fill;
 use crate::support::process::{signal, wait_ended, wait_for, SIGINT, SIGKILL, SIGTERM};
-use crate::support::records::run_id;
+use crate::support::records::{assert_interrupted, run_id};
 use crate::support::{docker, instance, Project};
-use crate::{busybox_project, engine_or_skip, setup, unique, Docker, BUSYBOX, DOCKER, GC};
+use crate::{busybox_project, unique, Docker, BUSYBOX};
 
 fn long_stage(script: &str) -> Project {
     Project::with_pipeline(&fill(
@@ -56,9 +59,7 @@ fn wait_exit(child: &mut Child, limit: Duration) -> (Option<i32>, Duration) {
 
 #[test]
 fn ctrl_c_or_sigterm_during_a_container_stage_removes_it_and_exits_130() {
-    let Some((d, _gc)) = engine_or_skip("ctrl_c_or_sigterm_during_a_container_stage") else {
-        return;
-    };
+    let (d, _gc) = engine!();
     for (sig, name) in [(SIGINT, "SIGINT"), (SIGTERM, "SIGTERM")] {
         let p = long_stage("echo started; sleep 300; echo late > {{ out.o }}");
         let (mut child, run) = start_long(d, &p);
@@ -71,22 +72,13 @@ fn ctrl_c_or_sigterm_during_a_container_stage_removes_it_and_exits_130() {
             0,
             "{name}: a container was left behind"
         );
-        let rec = p.last_record();
-        assert_eq!(rec["status"], "interrupted", "{name}");
-        assert_eq!(
-            instance(&rec, "long")["status"]["error_class"],
-            "Interrupted",
-            "{name}"
-        );
+        assert_interrupted(&p.last_record(), "long", name);
     }
 }
 
 #[test]
 fn a_second_ctrl_c_kills_a_container_that_ignores_sigterm() {
-    let Some((d, _gc)) = engine_or_skip("a_second_ctrl_c_kills_a_container_that_ignores_sigterm")
-    else {
-        return;
-    };
+    let (d, _gc) = engine!();
     // SIGTERM is ignored (and stays ignored across exec), so only the grace period's SIGKILL or
     // a forced removal ends it.
     let p = long_stage("trap '' TERM; echo started; sleep 300");
@@ -105,73 +97,71 @@ fn a_second_ctrl_c_kills_a_container_that_ignores_sigterm() {
     assert!(took < Duration::from_millis(2500), "took {took:?}");
 }
 
+/// Runs the busybox pipeline `pipeline`, whose container stage `label` must fail with
+/// `error_class` (heddle exits 1 and prints `headline`) and leave no container behind: what
+/// every way a container can fail shares. Returns the project and the instance's record.
+fn failing_container_stage(
+    d: &Docker,
+    pipeline: &str,
+    label: &str,
+    error_class: &str,
+    headline: &str,
+) -> (Project, Value) {
+    let p = busybox_project(pipeline);
+    let r = p.run("p.toml", &[]).code(1);
+    assert_contains(&r.stderr, headline);
+    let rec = p.last_record();
+    let failed = instance(&rec, label).clone();
+    assert_eq!(failed["status"]["status"], "failed", "{failed:#}");
+    assert_eq!(failed["status"]["error_class"], error_class, "{failed:#}");
+    assert_eq!(d.count("heddle.run", &run_id(&rec)), 0);
+    (p, failed)
+}
+
 #[test]
 fn a_timeout_stops_the_container_and_reports_it() {
-    let Some((d, _gc)) = engine_or_skip("a_timeout_stops_the_container_and_reports_it") else {
-        return;
-    };
-    let p = busybox_project(include_str!("fixtures/timeout.toml"));
+    let (d, _gc) = engine!();
     let t = Instant::now();
-    let r = p.run("p.toml", &[]).code(1);
+    let timeout = include_str!("fixtures/timeout.toml");
+    let (p, _) = failing_container_stage(d, timeout, "hang", "Timeout", "timed out after 2s");
     assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
-    assert!(r.stderr.contains("timed out after 2s"), "{}", r.stderr);
-    let rec = p.last_record();
-    let status = &instance(&rec, "hang")["status"];
-    assert_eq!(status["status"], "failed");
-    assert_eq!(status["error_class"], "Timeout");
-    assert_eq!(d.count("heddle.run", &run_id(&rec)), 0);
     assert!(!p.path("out/to/hang/o").exists());
 }
 
 #[test]
 fn an_oom_kill_is_its_own_status() {
-    let Some((d, _gc)) = engine_or_skip("an_oom_kill_is_its_own_status") else {
-        return;
-    };
+    let (d, _gc) = engine!();
     // dd allocates its 64 MiB block; the limit is 16 MiB with swap off.
-    let p = busybox_project(include_str!("fixtures/oom.toml"));
-    let r = p.run("p.toml", &[]).code(1);
-    assert!(
-        r.stderr.contains("killed by the out-of-memory killer"),
-        "{}",
-        r.stderr
+    failing_container_stage(
+        d,
+        include_str!("fixtures/oom.toml"),
+        "big",
+        "OutOfMemory",
+        "killed by the out-of-memory killer",
     );
-    let rec = p.last_record();
-    let status = &instance(&rec, "big")["status"];
-    assert_eq!(status["error_class"], "OutOfMemory", "{status}");
-    assert_eq!(d.count("heddle.run", &run_id(&rec)), 0);
 }
 
 #[test]
 fn a_nonzero_exit_reports_the_stderr_tail() {
-    let Some((d, _gc)) = engine_or_skip("a_nonzero_exit_reports_the_stderr_tail") else {
-        return;
-    };
-    let p = busybox_project(include_str!("fixtures/nonzero_exit.toml"));
-    let r = p.run("p.toml", &[]).code(1);
-    assert!(r.stderr.contains("bad FAILED exit code 3"), "{}", r.stderr);
-    let rec = p.last_record();
-    let status = &instance(&rec, "bad")["status"];
+    let (d, _gc) = engine!();
+    let nonzero_exit = include_str!("fixtures/nonzero_exit.toml");
+    // The project is kept: the log files the record names are in it.
+    let (_project, bad) =
+        failing_container_stage(d, nonzero_exit, "bad", "ExitCode", "bad FAILED exit code 3");
+    let status = &bad["status"];
     assert_eq!(status["exit_code"], 3, "{status}");
-    assert_eq!(status["error_class"], "ExitCode", "{status}");
     assert_eq!(
         status["stderr_tail"], "first complaint\nsecond complaint",
         "{status}"
     );
-    let logs = &instance(&rec, "bad")["logs"];
-    let out = std::fs::read_to_string(logs[0].as_str().unwrap()).unwrap();
+    let out = std::fs::read_to_string(bad["logs"][0].as_str().unwrap()).unwrap();
     assert_eq!(out, "to stdout\n");
-    assert_eq!(d.count("heddle.run", &run_id(&rec)), 0);
 }
 
 #[test]
 fn gc_containers_removes_what_a_crashed_run_left() {
     // Exclusive: gc removes every heddle container, including other tests' running ones.
-    let _exclusive = GC.write().unwrap_or_else(|e| e.into_inner());
-    let Some(d) = DOCKER.get_or_init(setup).as_ref().ok() else {
-        let _ = engine_or_skip("gc_containers_removes_what_a_crashed_run_left");
-        return;
-    };
+    let (d, _exclusive) = engine!(exclusive);
     // A run killed with SIGKILL cannot remove its container...
     let p = long_stage("echo started; sleep 300");
     let (mut child, run) = start_long(d, &p);
@@ -205,14 +195,8 @@ fn gc_containers_removes_what_a_crashed_run_left() {
 /// exit code 2.
 #[test]
 fn gc_containers_cleans_each_configured_host_and_reports_an_unreachable_engine() {
-    let _exclusive = GC.write().unwrap_or_else(|e| e.into_inner());
-    let Some(d) = DOCKER.get_or_init(setup).as_ref().ok() else {
-        let _ = engine_or_skip("gc_containers_cleans_each_configured_host");
-        return;
-    };
-    let p = Project::new();
-    p.file(
-        ".heddle/hosts.toml",
+    let (d, _exclusive) = engine!(exclusive);
+    let p = Project::with_hosts(
         "[hosts.near]\ndocker = \"unix:///var/run/docker.sock\"\npools = { gpu = 1 }\n",
     );
     let mark = unique("gc-host");

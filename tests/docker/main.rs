@@ -15,6 +15,34 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+/// `let (d, _gc) = engine!();` opens every test here: the engine and the guard of
+/// [`engine_or_skip`], or a return from the test after its skip notice. A test that runs
+/// `heddle gc --containers` opens with `engine!(exclusive)` instead ([`engine_exclusive_or_skip`]).
+/// A macro because only a macro can return from the test that calls it.
+macro_rules! engine {
+    () => {
+        match $crate::engine_or_skip() {
+            Some(held) => held,
+            None => return,
+        }
+    };
+    (exclusive) => {
+        match $crate::engine_exclusive_or_skip() {
+            Some(held) => held,
+            None => return,
+        }
+    };
+}
+
+/// `let (p, d, _gc) = busybox_test!(pipeline);`: [`engine!`], then [`busybox_project`] of
+/// `pipeline`, as most tests here begin.
+macro_rules! busybox_test {
+    ($pipeline:expr) => {{
+        let (d, gc) = engine!();
+        ($crate::busybox_project($pipeline), d, gc)
+    }};
+}
+
 mod caching;
 mod environment;
 mod events;
@@ -24,7 +52,7 @@ mod unprivileged;
 
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{OnceLock, RwLock, RwLockReadGuard};
+use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use heddle_containers::{test_images, Engine, ImageIdentity, PullPolicy};
 use support::{docker, Project};
@@ -46,13 +74,28 @@ static DOCKER: OnceLock<Result<Docker, String>> = OnceLock::new();
 /// it for reading.
 static GC: RwLock<()> = RwLock::new(());
 
-/// The engine and images, or `None` after the Docker guard's skip notice (a panic under
-/// `HEDDLE_REQUIRE_DOCKER=1`). The returned guard keeps `heddle gc` out while the test runs.
-fn engine_or_skip(test: &str) -> Option<(&'static Docker, RwLockReadGuard<'static, ()>)> {
+/// The engine and images, or `None` after the Docker guard's skip notice for the running test
+/// (a panic under `HEDDLE_REQUIRE_DOCKER=1`). The returned guard keeps `heddle gc` out while the
+/// test runs.
+fn engine_or_skip() -> Option<(&'static Docker, RwLockReadGuard<'static, ()>)> {
     match DOCKER.get_or_init(setup) {
         Ok(d) => Some((d, GC.read().unwrap_or_else(|e| e.into_inner()))),
         Err(why) => {
-            docker::skip(test, why);
+            docker::skip(&docker::current_test(), why);
+            None
+        }
+    }
+}
+
+/// [`engine_or_skip`] for a test that runs `heddle gc --containers`, which removes every heddle
+/// container on the engine: it holds the guard for writing, so no other test runs meanwhile.
+fn engine_exclusive_or_skip() -> Option<(&'static Docker, RwLockWriteGuard<'static, ()>)> {
+    let exclusive = GC.write().unwrap_or_else(|e| e.into_inner());
+    match DOCKER.get_or_init(setup) {
+        Ok(d) => Some((d, exclusive)),
+        Err(why) => {
+            drop(exclusive);
+            docker::skip(&docker::current_test(), why);
             None
         }
     }

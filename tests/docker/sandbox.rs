@@ -8,14 +8,11 @@ use std::os::unix::fs::MetadataExt;
 use crate::support::fill;
 use crate::support::{instance, Project};
 use crate::unprivileged::{Unprivileged, UNPRIVILEGED};
-use crate::{busybox_project, engine_or_skip, BUSYBOX};
+use crate::BUSYBOX;
 
 #[test]
 fn an_input_cannot_be_modified_from_inside() {
-    let Some((_d, _gc)) = engine_or_skip("an_input_cannot_be_modified_from_inside") else {
-        return;
-    };
-    let p = busybox_project(include_str!("fixtures/read_only_inputs.toml"));
+    let (p, _d, _gc) = busybox_test!(include_str!("fixtures/read_only_inputs.toml"));
     p.run("p.toml", &["--keep-going"]).code(1);
     assert_eq!(
         p.read("out/ro/probe/r.txt"),
@@ -37,10 +34,7 @@ fn an_input_cannot_be_modified_from_inside() {
 
 #[test]
 fn network_none_has_only_loopback() {
-    let Some((_d, _gc)) = engine_or_skip("network_none_has_only_loopback") else {
-        return;
-    };
-    let p = busybox_project(include_str!("fixtures/network.toml"));
+    let (p, _d, _gc) = busybox_test!(include_str!("fixtures/network.toml"));
     p.run("p.toml", &[]).ok();
     assert_eq!(p.read("out/net/default/n.txt"), "lo\n");
     let none = p.read("out/net/none/n.txt");
@@ -54,10 +48,7 @@ fn network_none_has_only_loopback() {
 /// unprivileged uid (with the docker socket's group) so the check is not trivially true.
 #[test]
 fn outputs_belong_to_the_invoking_user() {
-    let Some((_d, _gc)) = engine_or_skip("outputs_belong_to_the_invoking_user") else {
-        return;
-    };
-    let p = busybox_project(include_str!("fixtures/ownership.toml"));
+    let (p, _d, _gc) = busybox_test!(include_str!("fixtures/ownership.toml"));
     let (uid, gid, r) = match Unprivileged::get() {
         Some(u) => {
             let r = u.heddle(
@@ -86,10 +77,7 @@ fn outputs_belong_to_the_invoking_user() {
 
 #[test]
 fn devices_gpus_none_and_shm_reach_the_container() {
-    let Some((_d, _gc)) = engine_or_skip("devices_gpus_none_and_shm_reach_the_container") else {
-        return;
-    };
-    let p = busybox_project(include_str!("fixtures/devices.toml"));
+    let (p, _d, _gc) = busybox_test!(include_str!("fixtures/devices.toml"));
     p.run("p.toml", &[]).ok();
     assert_eq!(p.read("out/dev/dev/d.txt"), "char\nwritable\n65536\n");
     let rec = p.last_record();
@@ -123,9 +111,7 @@ fn devices_gpus_none_and_shm_reach_the_container() {
 /// target means the host's folder once heddle reads the sandbox, so it must not be followed.
 #[test]
 fn a_container_symlink_output_reaches_no_host_file() {
-    let Some((_d, _gc)) = engine_or_skip("a_container_symlink_output_reaches_no_host_file") else {
-        return;
-    };
+    let (_d, _gc) = engine!();
     let p = Project::new();
     let secret_dir = p.path("host-private");
     std::fs::create_dir_all(&secret_dir).unwrap();
@@ -160,11 +146,7 @@ fn a_container_symlink_output_reaches_no_host_file() {
 /// byte those of the bind-mount run.
 #[test]
 fn archive_transfer_runs_without_bind_mounts_and_matches_bind() {
-    let Some((_d, _gc)) =
-        engine_or_skip("archive_transfer_runs_without_bind_mounts_and_matches_bind")
-    else {
-        return;
-    };
+    let (_d, _gc) = engine!();
     let tcp = crate::support::docker::engine_over_tcp();
     let pipeline = |transfer: &str, host: &str| {
         fill(
@@ -203,20 +185,12 @@ fn archive_transfer_runs_without_bind_mounts_and_matches_bind() {
 /// plan` says where each would go, and every copy of the input comes back byte for byte.
 #[test]
 fn stages_land_on_the_host_whose_pools_offer_their_resources() {
-    let Some((_d, _gc)) =
-        engine_or_skip("stages_land_on_the_host_whose_pools_offer_their_resources")
-    else {
-        return;
-    };
+    let (_d, _gc) = engine!();
     let tcp = crate::support::docker::engine_over_tcp();
-    let p = Project::new();
-    p.file(
-        ".heddle/hosts.toml",
-        &format!(
-            "[hosts.near]\ndocker = \"unix:///var/run/docker.sock\"\npools = {{ gpu = 1 }}\n\n\
+    let p = Project::with_hosts(&format!(
+        "[hosts.near]\ndocker = \"unix:///var/run/docker.sock\"\npools = {{ gpu = 1 }}\n\n\
              [hosts.far]\ndocker = \"{tcp}\"\npools = {{ hailo = 1 }}\n"
-        ),
-    );
+    ));
     let stage = |name: &str, resources: &str| {
         format!(
             r#"
@@ -248,13 +222,7 @@ outputs = {{ blob = "blob.bin" }}
         ),
     );
     let plan = p.heddle(&["plan", "p.toml"]).ok();
-    let line = |label: &str| {
-        plan.stdout
-            .lines()
-            .find(|l| l.split_whitespace().nth(1) == Some(label))
-            .unwrap_or_else(|| panic!("no {label} in\n{}", plan.stdout))
-            .to_string()
-    };
+    let line = |label: &str| plan.plan_line(label).to_string();
     assert!(line("train").ends_with("(on near)"), "{}", plan.stdout);
     assert!(line("flash").ends_with("(on far)"), "{}", plan.stdout);
     assert!(!line("plain").contains("(on "), "{}", plan.stdout);
@@ -299,15 +267,11 @@ outputs = {{ blob = "blob.bin" }}
 /// `/proc/uptime` inside each, overlap).
 #[test]
 fn a_placed_stage_takes_no_local_job_slot() {
-    let Some((_d, _gc)) = engine_or_skip("a_placed_stage_takes_no_local_job_slot") else {
-        return;
-    };
+    let (_d, _gc) = engine!();
     let tcp = crate::support::docker::engine_over_tcp();
-    let p = Project::new();
-    p.file(
-        ".heddle/hosts.toml",
-        &format!("[hosts.far]\ndocker = \"{tcp}\"\npools = {{ hailo = 1 }}\n"),
-    );
+    let p = Project::with_hosts(&format!(
+        "[hosts.far]\ndocker = \"{tcp}\"\npools = {{ hailo = 1 }}\n"
+    ));
     let interval = "cut -d' ' -f1 /proc/uptime > {{ out.start }}; sleep 3; cut -d' ' -f1 /proc/uptime > {{ out.end }}";
     p.file(
         "p.toml",
