@@ -14,6 +14,15 @@ fn store() -> (tempfile::TempDir, Store) {
     (dir, s)
 }
 
+/// A store holding one output, the file `name` of `bytes`, and that output's entry.
+fn store_with(name: &str, bytes: &[u8]) -> (tempfile::TempDir, Store, OutputEntry) {
+    let (dir, s) = store();
+    let p = dir.path().join(name);
+    fs::write(&p, bytes).unwrap();
+    let entry = s.put_output(&p).unwrap();
+    (dir, s, entry)
+}
+
 fn big(n: usize, seed: u8) -> Vec<u8> {
     (0..n).map(|i| (i as u8).wrapping_mul(7) ^ seed).collect()
 }
@@ -176,10 +185,7 @@ fn a_rotted_blob_with_its_mtime_kept_is_never_fed_to_a_stage() {
 
 #[test]
 fn a_rotted_small_blob_is_never_restored() {
-    let (dir, s) = store();
-    let p = dir.path().join("f");
-    fs::write(&p, b"some bytes").unwrap();
-    let entry = s.put_output(&p).unwrap();
+    let (dir, s, entry) = store_with("f", b"some bytes");
     rot(&s.blob_path(&entry.digest()));
     let err = s
         .materialize(&entry, &dir.path().join("restored"))
@@ -192,10 +198,7 @@ fn a_rotted_small_blob_is_never_restored() {
 /// stage that held the same blob, learns so afterwards; the blob leaves the store.
 #[test]
 fn a_write_through_an_input_link_is_caught_after_the_stage() {
-    let (dir, s) = store();
-    let p = dir.path().join("model.bin");
-    fs::write(&p, big(100_000, 9)).unwrap();
-    let entry = s.put_output(&p).unwrap();
+    let (dir, s, entry) = store_with("model.bin", &big(100_000, 9));
     let a = dir.path().join("sandbox-a-input");
     let b = dir.path().join("sandbox-b-input");
     s.link_into(&entry, &a).unwrap();
@@ -224,10 +227,7 @@ fn a_write_through_an_input_link_is_caught_after_the_stage() {
 
 #[test]
 fn a_touched_but_unchanged_input_passes() {
-    let (dir, s) = store();
-    let p = dir.path().join("f");
-    fs::write(&p, big(100_000, 1)).unwrap();
-    let entry = s.put_output(&p).unwrap();
+    let (_dir, s, entry) = store_with("f", &big(100_000, 1));
     let blob = s.blob_path(&entry.digest());
     fs::File::options()
         .write(true)

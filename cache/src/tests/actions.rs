@@ -5,9 +5,7 @@ use super::*;
 #[test]
 fn action_record_lookup_and_family() {
     let (dir, s) = store();
-    let f = dir.path().join("f");
-    fs::write(&f, b"out").unwrap();
-    let out = s.put_output(&f).unwrap();
+    let out = put_file(&s, dir.path(), "f", b"out");
     let a1 = action("k1", "p/stage", &[("o", out.clone())], 10, 1);
     let a2 = action("k2", "p/stage", &[("o", out.clone())], 10, 2);
     let other = action("k3", "p/other", &[], 10, 3);
@@ -38,9 +36,7 @@ fn action_record_lookup_and_family() {
 #[test]
 fn torn_action_and_missing_blob_are_misses() {
     let (dir, s) = store();
-    let f = dir.path().join("f");
-    fs::write(&f, big(100_000, 9)).unwrap();
-    let out = s.put_output(&f).unwrap();
+    let out = put_file(&s, dir.path(), "f", big(100_000, 9));
     let a = action("k", "fam", &[("o", out.clone())], 1, 1);
     s.record_action(&a).unwrap();
     let p = s.action_path(&a.key);
@@ -125,9 +121,7 @@ fn lookups_are_cheap() {
 #[test]
 fn outputs_only_lookup_agrees_with_the_full_lookup() {
     let (dir, s) = store();
-    let f = dir.path().join("f");
-    fs::write(&f, big(100_000, 4)).unwrap();
-    let out = s.put_output(&f).unwrap();
+    let out = put_file(&s, dir.path(), "f", big(100_000, 4));
     let a = action("k", "fam", &[("o", out.clone())], 1, 1);
     let agree = |want_hit: bool| {
         let full = s.lookup_action(&a.key).unwrap();

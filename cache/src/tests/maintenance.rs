@@ -5,9 +5,7 @@ use super::*;
 #[test]
 fn verify_finds_corrupt_blob_and_cleans_tmp() {
     let (dir, s) = store();
-    let f = dir.path().join("f");
-    fs::write(&f, b"content").unwrap();
-    let out = s.put_output(&f).unwrap();
+    let out = put_file(&s, dir.path(), "f", b"content");
     let a = action("k", "fam", &[("o", out.clone())], 1, 1);
     s.record_action(&a).unwrap();
     assert!(s.verify().unwrap().is_clean());
@@ -36,11 +34,7 @@ fn verify_finds_corrupt_blob_and_cleans_tmp() {
 #[test]
 fn gc_keeps_keep_and_evicts_cheapest_per_byte_first() {
     let (dir, s) = store();
-    let put = |name: &str, n: usize, seed: u8| {
-        let p = dir.path().join(name);
-        fs::write(&p, big(n, seed)).unwrap();
-        s.put_output(&p).unwrap()
-    };
+    let put = |name: &str, n: usize, seed: u8| put_file(&s, dir.path(), name, big(n, seed));
     // cost per byte: cheap 1/100k, mid 1000/100k, dear 100000/100k; kept is cheapest but kept.
     let kept = action("kept", "f", &[("o", put("a", 100_000, 1))], 0, 1);
     let cheap = action("cheap", "f", &[("o", put("b", 100_000, 2))], 1, 2);

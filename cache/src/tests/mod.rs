@@ -18,6 +18,13 @@ fn store() -> (tempfile::TempDir, Store) {
     (dir, s)
 }
 
+/// Writes `bytes` to the file `name` in `dir` and puts that file into `s`, as a stage's output.
+fn put_file(s: &Store, dir: &Path, name: &str, bytes: impl AsRef<[u8]>) -> OutputEntry {
+    let file = dir.join(name);
+    fs::write(&file, bytes).unwrap();
+    s.put_output(&file).unwrap()
+}
+
 fn big(n: usize, seed: u8) -> Vec<u8> {
     (0..n)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))

@@ -115,9 +115,7 @@ fn put_and_materialize_tree() {
 fn edited_hardlinked_output_never_corrupts_served_content() {
     let (dir, s) = store();
     let data = big(1_000_000, 5);
-    let f = dir.path().join("f");
-    fs::write(&f, &data).unwrap();
-    let out = s.put_output(&f).unwrap();
+    let out = put_file(&s, dir.path(), "f", &data);
     let a = action("k", "fam", &[("o", out.clone())], 1, 1);
     s.record_action(&a).unwrap();
     let dest = dir.path().join("dest");

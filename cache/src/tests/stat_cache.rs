@@ -38,9 +38,7 @@ fn stat_cache_skips_rehash_when_unchanged() {
 #[test]
 fn is_materialized_uses_stat_records() {
     let (dir, s) = store();
-    let p = dir.path().join("big");
-    fs::write(&p, big(500_000, 4)).unwrap();
-    let out = s.put_output(&p).unwrap();
+    let out = put_file(&s, dir.path(), "big", big(500_000, 4));
     let stats = StatCache::load(&dir.path().join("stats.json"));
     let dest = dir.path().join("dest");
     s.materialize_recorded(&out, &dest, &stats).unwrap();
