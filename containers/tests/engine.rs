@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use heddle_containers::test_images::{self, BUSYBOX, BUSYBOX_MOVED};
 use heddle_containers::{
-    ContainerError, ContainerOutcome, ContainerSpec, Engine, LogLine, Mount, NetworkMode,
-    PullPolicy, Stream,
+    ContainerError, ContainerOutcome, ContainerSpec, Engine, ImageIdentity, LogLine, Mount,
+    NetworkMode, PullPolicy, Stream,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -24,11 +24,29 @@ struct Fixture {
     dir: tempfile::TempDir,
 }
 
+/// `let f = fixture!();` opens every test: the running test's [`Fixture`], or a return from the
+/// test after the skip notice when busybox-static is not installed. A macro because only a
+/// macro can return from the test that calls it.
+macro_rules! fixture {
+    () => {
+        match Fixture::new().await {
+            Some(f) => f,
+            None => return,
+        }
+    };
+}
+
 impl Fixture {
-    /// `None` (after a loud notice) when busybox-static is not installed.
-    async fn new(test: &str) -> Option<Fixture> {
+    /// The running test's fixture (libtest names the thread it runs a test on after the test;
+    /// its containers are labelled with that name), or `None` after a loud notice when
+    /// busybox-static is not installed.
+    async fn new() -> Option<Fixture> {
+        let test = std::thread::current()
+            .name()
+            .unwrap_or("engine-test")
+            .to_string();
         if !test_images::busybox_available() {
-            test_images::skip_notice(test);
+            test_images::skip_notice(&test);
             return None;
         }
         static N: AtomicUsize = AtomicUsize::new(0);
@@ -67,6 +85,11 @@ impl Fixture {
             .expect("run the container")
     }
 
+    /// What `reference` names on the engine now, which must resolve.
+    async fn resolve(&self, reference: &str, policy: PullPolicy) -> ImageIdentity {
+        self.engine.resolve_image(reference, policy).await.unwrap()
+    }
+
     async fn count(&self) -> usize {
         self.engine
             .count_labelled((TEST_LABEL, &self.label))
@@ -100,6 +123,14 @@ impl Fixture {
     }
 }
 
+/// Fails unless the container stopped less than 5 s after `start`: on SIGTERM, not after a
+/// grace period ran out.
+#[track_caller]
+fn assert_stopped_within_the_grace_period(start: Instant) {
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
@@ -120,9 +151,7 @@ async fn wait_for_line(rx: &mut mpsc::UnboundedReceiver<LogLine>, wanted: &str) 
 
 #[tokio::test]
 async fn echo_goes_to_log_files_and_channel() {
-    let Some(f) = Fixture::new("echo").await else {
-        return;
-    };
+    let f = fixture!();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut spec = f.spec("echo hello; echo oops >&2; printf 'no newline'");
     spec.env.insert("GREETING".into(), "hi there".into());
@@ -155,9 +184,7 @@ async fn echo_goes_to_log_files_and_channel() {
 
 #[tokio::test]
 async fn env_and_workdir_reach_the_command() {
-    let Some(f) = Fixture::new("env").await else {
-        return;
-    };
+    let f = fixture!();
     let mut spec = f.spec("echo \"$GREETING\"; pwd");
     spec.env.insert("GREETING".into(), "hi there".into());
     spec.workdir = Some("/tmp".into());
@@ -169,9 +196,7 @@ async fn env_and_workdir_reach_the_command() {
 #[tokio::test]
 async fn output_mount_receives_a_file_owned_by_the_given_user() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let Some(f) = Fixture::new("outmount").await else {
-        return;
-    };
+    let f = fixture!();
     let out = f.dir.path().join("out");
     std::fs::create_dir(&out).unwrap();
     std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -192,9 +217,7 @@ async fn output_mount_receives_a_file_owned_by_the_given_user() {
 
 #[tokio::test]
 async fn read_only_input_cannot_be_modified() {
-    let Some(f) = Fixture::new("romount").await else {
-        return;
-    };
+    let f = fixture!();
     let input = f.dir.path().join("in");
     std::fs::create_dir(&input).unwrap();
     std::fs::write(input.join("data.txt"), "original\n").unwrap();
@@ -223,9 +246,7 @@ async fn read_only_input_cannot_be_modified() {
 
 #[tokio::test]
 async fn network_none_has_only_loopback() {
-    let Some(f) = Fixture::new("netnone").await else {
-        return;
-    };
+    let f = fixture!();
     let mut spec = f.spec("ls /sys/class/net");
     spec.network = NetworkMode::None;
     assert_eq!(f.run(&spec).await, ContainerOutcome::Exited { code: 0 });
@@ -243,9 +264,7 @@ async fn network_none_has_only_loopback() {
 
 #[tokio::test]
 async fn nonzero_exit_reports_the_code() {
-    let Some(f) = Fixture::new("exitcode").await else {
-        return;
-    };
+    let f = fixture!();
     assert_eq!(
         f.run(&f.spec("echo failing >&2; exit 7")).await,
         ContainerOutcome::Exited { code: 7 }
@@ -256,29 +275,21 @@ async fn nonzero_exit_reports_the_code() {
 
 #[tokio::test]
 async fn timeout_stops_and_removes_the_container() {
-    let Some(f) = Fixture::new("timeout").await else {
-        return;
-    };
+    let f = fixture!();
     let mut spec = f.spec("echo started; sleep 30");
     spec.timeout = Some(Duration::from_millis(500));
     spec.stop_grace = Duration::from_secs(5);
     let start = Instant::now();
     assert_eq!(f.run(&spec).await, ContainerOutcome::TimedOut);
     // The init forwards SIGTERM, so the grace period is not used up.
-    assert!(
-        start.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        start.elapsed()
-    );
+    assert_stopped_within_the_grace_period(start);
     assert_eq!(f.stdout(), "started\n");
     assert_eq!(f.count().await, 0);
 }
 
 #[tokio::test]
 async fn cancel_stops_and_removes_the_container() {
-    let Some(f) = Fixture::new("cancel").await else {
-        return;
-    };
+    let f = fixture!();
     let spec = f.spec("echo started; sleep 30");
     let cancel = CancellationToken::new();
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -292,19 +303,13 @@ async fn cancel_stops_and_removes_the_container() {
     cancel.cancel();
     let outcome = run.await.unwrap().unwrap();
     assert_eq!(outcome, ContainerOutcome::Cancelled);
-    assert!(
-        start.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        start.elapsed()
-    );
+    assert_stopped_within_the_grace_period(start);
     assert_eq!(f.count().await, 0);
 }
 
 #[tokio::test]
 async fn cancelled_before_start_creates_nothing() {
-    let Some(f) = Fixture::new("precancel").await else {
-        return;
-    };
+    let f = fixture!();
     let cancel = CancellationToken::new();
     cancel.cancel();
     let outcome = f.engine.run(&f.spec("true"), None, cancel).await.unwrap();
@@ -314,9 +319,7 @@ async fn cancelled_before_start_creates_nothing() {
 
 #[tokio::test]
 async fn dropping_the_run_future_still_removes_the_container() {
-    let Some(f) = Fixture::new("dropped").await else {
-        return;
-    };
+    let f = fixture!();
     let run = f.start_sleeper().await;
     run.abort();
     assert!(run.await.unwrap_err().is_cancelled());
@@ -333,9 +336,7 @@ async fn dropping_the_run_future_still_removes_the_container() {
 
 #[tokio::test]
 async fn oom_is_reported() {
-    let Some(f) = Fixture::new("oom").await else {
-        return;
-    };
+    let f = fixture!();
     // The shell keeps the whole substitution in memory: far over a 16 MiB limit.
     let mut spec = f.spec("x=$(head -c 268435456 /dev/zero | tr '\\0' a); echo survived");
     spec.memory = Some(16 << 20);
@@ -350,9 +351,7 @@ async fn oom_is_reported() {
 
 #[tokio::test]
 async fn missing_image_is_image_missing() {
-    let Some(f) = Fixture::new("missing").await else {
-        return;
-    };
+    let f = fixture!();
     let reference = "heddle-test/does-not-exist:never";
     let err = f
         .engine
@@ -371,32 +370,18 @@ async fn missing_image_is_image_missing() {
 
 #[tokio::test]
 async fn resolve_follows_a_moved_tag() {
-    let Some(f) = Fixture::new("retag").await else {
-        return;
-    };
+    let f = fixture!();
     let moved = test_images::ensure_busybox_moved(&f.engine).await.unwrap();
-    let latest = f
-        .engine
-        .resolve_image(BUSYBOX, PullPolicy::Never)
-        .await
-        .unwrap();
+    let latest = f.resolve(BUSYBOX, PullPolicy::Never).await;
     assert!(latest.id.starts_with("sha256:"), "{latest:?}");
     assert_ne!(latest.id, moved.id);
 
     let reference = format!("heddle-test/retag:{}", f.label);
     f.engine.tag_image(BUSYBOX, &reference).await.unwrap();
-    let before = f
-        .engine
-        .resolve_image(&reference, PullPolicy::Missing)
-        .await
-        .unwrap();
+    let before = f.resolve(&reference, PullPolicy::Missing).await;
     assert_eq!(before.id, latest.id);
     f.engine.tag_image(BUSYBOX_MOVED, &reference).await.unwrap();
-    let after = f
-        .engine
-        .resolve_image(&reference, PullPolicy::Never)
-        .await
-        .unwrap();
+    let after = f.resolve(&reference, PullPolicy::Never).await;
     assert_eq!(after.id, moved.id);
 
     let spec = f.spec("cat /moved.txt");
@@ -411,9 +396,7 @@ async fn resolve_follows_a_moved_tag() {
 
 #[tokio::test]
 async fn remove_labelled_cleans_up_a_running_container() {
-    let Some(f) = Fixture::new("gc").await else {
-        return;
-    };
+    let f = fixture!();
     let run = f.start_sleeper().await;
     let removed = f
         .engine
@@ -432,39 +415,27 @@ async fn remove_labelled_cleans_up_a_running_container() {
 
 #[tokio::test]
 async fn unreachable_engine_says_what_to_fix() {
-    let err = Engine::connect(Some("unix:///nonexistent.sock"))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, ContainerError::EngineUnreachable { .. }),
-        "{err:?}"
-    );
-    let message = err.to_string();
-    assert!(!message.contains('\n'), "{message}");
-    assert!(
-        message.starts_with("cannot reach the Docker Engine at unix:///nonexistent.sock: "),
-        "{message}"
-    );
-    assert!(message.contains("is the daemon running"), "{message}");
-
-    let err = Engine::connect(Some("tcp://127.0.0.1:1"))
-        .await
-        .unwrap_err();
-    let message = err.to_string();
-    assert!(
-        message.starts_with("cannot reach the Docker Engine at tcp://127.0.0.1:1: "),
-        "{message}"
-    );
-    assert!(message.contains("refused"), "{message}");
-    eprintln!("{message}");
-    assert!(!message.contains('\n'), "{message}");
+    // (address, what the cause says): a socket that is not there, a port nothing listens on.
+    for (host, cause) in [
+        ("unix:///nonexistent.sock", "is the daemon running"),
+        ("tcp://127.0.0.1:1", "refused"),
+    ] {
+        let err = Engine::connect(Some(host)).await.unwrap_err();
+        assert!(
+            matches!(err, ContainerError::EngineUnreachable { .. }),
+            "{err:?}"
+        );
+        let message = err.to_string();
+        let headline = format!("cannot reach the Docker Engine at {host}: ");
+        assert!(message.starts_with(&headline), "{message}");
+        assert!(message.contains(cause), "{message}");
+        assert!(!message.contains('\n'), "{message}");
+    }
 }
 
 #[tokio::test]
 async fn engine_negotiates_an_older_api() {
-    let Some(f) = Fixture::new("version").await else {
-        return;
-    };
+    let f = fixture!();
     // What the engine itself says it speaks at most, asked through the docker CLI.
     let out = std::process::Command::new("docker")
         .args(["version", "--format", "{{.Server.APIVersion}}"])
@@ -492,9 +463,7 @@ async fn engine_negotiates_an_older_api() {
 
 #[tokio::test]
 async fn missing_executable_fails_and_leaves_nothing() {
-    let Some(f) = Fixture::new("noexec").await else {
-        return;
-    };
+    let f = fixture!();
     let mut spec = f.spec("");
     spec.cmd = vec!["/no/such/binary".into()];
     // The init execs the command, so this is an exit code (127, like a shell) with the reason
@@ -507,9 +476,7 @@ async fn missing_executable_fails_and_leaves_nothing() {
 
 #[tokio::test]
 async fn missing_mount_source_is_an_error_naming_the_image() {
-    let Some(f) = Fixture::new("nomount").await else {
-        return;
-    };
+    let f = fixture!();
     let mut spec = f.spec("true");
     spec.mounts.push(Mount {
         host: f.dir.path().join("absent"),
@@ -530,9 +497,7 @@ async fn missing_mount_source_is_an_error_naming_the_image() {
 
 #[tokio::test]
 async fn devices_and_limits_reach_the_container() {
-    let Some(f) = Fixture::new("limits").await else {
-        return;
-    };
+    let f = fixture!();
     let mut spec = f.spec(
         "test -c /dev/heddle-null && echo device; \
          df -k /dev/shm | tail -n 1 | awk '{print $2}'; \
