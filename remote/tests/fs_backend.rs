@@ -53,11 +53,7 @@ async fn concurrent_writers_of_one_key() {
 async fn a_garbage_entry_is_a_typed_error() {
     let dir = tempfile::tempdir().unwrap();
     let remote = open(&fs_url(dir.path()), &HashMap::new(), short_timeouts());
-    let a = local();
-    let entry = make_action(&a, 5, 1000);
-    heddle_remote::push_action(&*remote, &a.store, &entry)
-        .await
-        .unwrap();
+    let (a, entry) = pushed_action(&*remote, 5, 1000).await;
     std::fs::write(
         dir.path().join(format!("ac/{}.json", entry.key)),
         b"{\"not\": \"an entry\"}",
@@ -98,11 +94,7 @@ async fn a_garbage_entry_is_a_typed_error() {
 async fn an_entry_naming_a_missing_blob_is_not_recorded() {
     let dir = tempfile::tempdir().unwrap();
     let remote = open(&fs_url(dir.path()), &HashMap::new(), short_timeouts());
-    let a = local();
-    let entry = make_action(&a, 7, 1000);
-    heddle_remote::push_action(&*remote, &a.store, &entry)
-        .await
-        .unwrap();
+    let (_a, entry) = pushed_action(&*remote, 7, 1000).await;
     let model = entry.outputs["model"].digest();
     std::fs::remove_file(dir.path().join(format!("cas/{model}"))).unwrap();
     let b = local();

@@ -131,9 +131,7 @@ async fn instances_are_separate_caches() {
     };
     let team = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
     let default = reapi_remote(&server, "", reapi_timeouts());
-    let a = local();
-    let entry = make_action(&a, 5, 1000);
-    push_action(&*team, &a.store, &entry).await.unwrap();
+    let (_a, entry) = pushed_action(&*team, 5, 1000).await;
     let b = local();
     assert!(fetch_action(&*default, b.store.clone(), entry.key)
         .await
@@ -199,10 +197,9 @@ async fn blobs_round_trip_on_both_paths_and_a_wrong_upload_is_never_committed() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corrupt_blob_is_never_served() {
-    let Some(server) = start_buildgrid(BlobStorage::Disk) else {
+    let Some((server, remote)) = buildgrid_on_disk() else {
         return;
     };
-    let remote = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
     let path = |d| buildgrid_blob_path(&server, d);
     case_corrupt_blob(remote, |digest, bytes| {
         let p = path(digest);
@@ -220,13 +217,10 @@ async fn corrupt_blob_is_never_served() {
 /// MissingBlob error, never a recorded entry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_blob_is_a_miss_not_a_result() {
-    let Some(server) = start_buildgrid(BlobStorage::Disk) else {
+    let Some((server, remote)) = buildgrid_on_disk() else {
         return;
     };
-    let remote = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
-    let a = local();
-    let entry = make_action(&a, 6, 200_000);
-    push_action(&*remote, &a.store, &entry).await.unwrap();
+    let (_a, entry) = pushed_action(&*remote, 6, 200_000).await;
     let OutputEntry::File { digest, .. } = entry.outputs["model"] else {
         panic!("model is a file")
     };
@@ -243,13 +237,10 @@ async fn a_missing_blob_is_a_miss_not_a_result() {
 /// An entry blob that was altered on the server is refused before it is parsed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_entry_is_refused() {
-    let Some(server) = start_buildgrid(BlobStorage::Disk) else {
+    let Some((server, remote)) = buildgrid_on_disk() else {
         return;
     };
-    let remote = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
-    let a = local();
-    let entry = make_action(&a, 7, 1000);
-    push_action(&*remote, &a.store, &entry).await.unwrap();
+    let (_a, entry) = pushed_action(&*remote, 7, 1000).await;
     let json = serde_json::to_vec_pretty(&entry).unwrap();
     let entry_blob = Digest::of_bytes(&json);
     let p = buildgrid_blob_path(&server, entry_blob);

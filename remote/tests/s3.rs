@@ -176,15 +176,8 @@ fn rss_child() {
         let remote = open(&format!("s3://{BUCKET}/big"), &env, Timeouts::default());
         let a = local();
         let out = a.store.put_output(std::path::Path::new(&file)).unwrap();
-        let entry = heddle_cache::ActionEntry {
-            key: heddle_cache::Digest::of_bytes(b"big action"),
-            family: "big".into(),
-            key_parts: serde_json::json!({}),
-            outputs: [("big".to_string(), out.clone())].into_iter().collect(),
-            duration_ms: 0,
-            created_unix_ms: 0,
-            meta: serde_json::json!({}),
-        };
+        let key = heddle_cache::Digest::of_bytes(b"big action");
+        let entry = action_entry(key, "big", [("big".to_string(), out.clone())].into());
         a.store.record_action(&entry).unwrap();
         let t = std::time::Instant::now();
         let pushed = push_action(&*remote, &a.store, &entry).await.unwrap();

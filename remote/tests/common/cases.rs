@@ -42,9 +42,7 @@ pub async fn case_corrupt_blob(
     remote: Arc<dyn RemoteBackend>,
     corrupt: impl FnOnce(Digest, Vec<u8>),
 ) {
-    let a = local();
-    let entry = make_action(&a, 2, 200_000);
-    push_action(&*remote, &a.store, &entry).await.unwrap();
+    let (_a, entry) = pushed_action(&*remote, 2, 200_000).await;
     let OutputEntry::File { digest, size, .. } = entry.outputs["model"] else {
         panic!("model is a file")
     };
@@ -119,9 +117,7 @@ pub async fn case_server_gone(
     seed: u64,
     break_server: impl FnOnce(),
 ) -> (RemoteError, Result<heddle_remote::PushReport, RemoteError>) {
-    let a = local();
-    let entry = make_action(&a, seed, 100_000);
-    push_action(&*pusher, &a.store, &entry).await.unwrap();
+    let (a, entry) = pushed_action(&*pusher, seed, 100_000).await;
     break_server();
     let b = local();
     let started = Instant::now();

@@ -14,6 +14,19 @@ pub fn local() -> Local {
     Local { dir, store }
 }
 
+/// A local store holding [`make_action`]'s entry for `seed` and `big`, pushed to `remote`: where
+/// each fetch case starts.
+pub async fn pushed_action(
+    remote: &dyn RemoteBackend,
+    seed: u64,
+    big: usize,
+) -> (Local, ActionEntry) {
+    let a = local();
+    let entry = make_action(&a, seed, big);
+    push_action(remote, &a.store, &entry).await.unwrap();
+    (a, entry)
+}
+
 /// Bytes that differ by seed and are not trivially compressible.
 pub fn pseudo_random(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed
@@ -57,17 +70,33 @@ pub fn make_action(local: &Local, seed: u64, big: usize) -> ActionEntry {
         local.store.put_output(&work.join("model.onnx")).unwrap(),
     );
     outputs.insert("tree".to_string(), local.store.put_output(&tree).unwrap());
+    let key = Digest::of_bytes(format!("action-{seed}").as_bytes());
     let entry = ActionEntry {
-        key: Digest::of_bytes(format!("action-{seed}").as_bytes()),
-        family: "test/stage".to_string(),
         key_parts: serde_json::json!({ "seed": seed }),
-        outputs,
         duration_ms: 1234,
         created_unix_ms: 1_700_000_000_000,
-        meta: serde_json::json!({}),
+        ..action_entry(key, "test/stage", outputs)
     };
     local.store.record_action(&entry).unwrap();
     entry
+}
+
+/// The entry of action `key` in `family` with these `outputs`, and nothing else: no key parts,
+/// no duration, no metadata.
+pub fn action_entry(
+    key: Digest,
+    family: &str,
+    outputs: BTreeMap<String, OutputEntry>,
+) -> ActionEntry {
+    ActionEntry {
+        key,
+        family: family.to_string(),
+        key_parts: serde_json::json!({}),
+        outputs,
+        duration_ms: 0,
+        created_unix_ms: 0,
+        meta: serde_json::json!({}),
+    }
 }
 
 /// Materialise every output of `entry` from `store` under `dest`.

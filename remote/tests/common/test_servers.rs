@@ -191,13 +191,22 @@ pub const REAPI_INSTANCE: &str = "team";
 /// A BuildGrid server (CAS, ByteStream and ActionCache, on instances "" and [`REAPI_INSTANCE`])
 /// on 127.0.0.1, or `None` when skipped.
 pub fn start_buildgrid(storage: BlobStorage) -> Option<Server> {
-    start_buildgrid_with(storage, false, false)
+    start_buildgrid_with(storage, Access::Open)
+}
+
+/// BuildGrid keeping its blobs on disk (where a test can reach them, [`buildgrid_blob_path`])
+/// and the remote of instance [`REAPI_INSTANCE`] on it; `None` after a skip notice without
+/// BuildGrid.
+pub fn buildgrid_on_disk() -> Option<(Server, Arc<dyn RemoteBackend>)> {
+    let server = start_buildgrid(BlobStorage::Disk)?;
+    let remote = reapi_remote(&server, REAPI_INSTANCE, reapi_timeouts());
+    Some((server, remote))
 }
 
 /// A BuildGrid server that speaks TLS only (`grpcs://`), its certificate for 127.0.0.1 signed
 /// by a CA made for the test: `<server dir>/tls/ca.crt`, which no system trusts.
 pub fn start_buildgrid_tls() -> Option<Server> {
-    start_buildgrid_with(BlobStorage::Memory, true, false)
+    start_buildgrid_with(BlobStorage::Memory, Access::Tls)
 }
 
 /// The HS256 secret [`start_buildgrid_jwt`] checks tokens against.
@@ -206,7 +215,7 @@ pub const JWT_SECRET: &str = "heddle-test-secret";
 /// A BuildGrid server (plain HTTP/2) that refuses any call without a JWT bearer token signed
 /// with [`JWT_SECRET`], localhost included.
 pub fn start_buildgrid_jwt() -> Option<Server> {
-    start_buildgrid_with(BlobStorage::Memory, false, true)
+    start_buildgrid_with(BlobStorage::Memory, Access::Jwt)
 }
 
 /// A JWT for [`start_buildgrid_jwt`]'s server, valid for an hour, made by the PyJWT that
@@ -294,28 +303,46 @@ fn make_test_ca(dir: &Path) {
     }
 }
 
-fn start_buildgrid_with(storage: BlobStorage, tls: bool, jwt: bool) -> Option<Server> {
+/// How a test BuildGrid lets clients in.
+enum Access {
+    /// Plain HTTP/2, no credentials.
+    Open,
+    /// TLS only, with a certificate from a CA made for the test ([`make_test_ca`]).
+    Tls,
+    /// Plain HTTP/2, every call with a JWT signed with [`JWT_SECRET`].
+    Jwt,
+}
+
+fn start_buildgrid_with(storage: BlobStorage, access: Access) -> Option<Server> {
     let bgd = require("BuildGrid 0.4.4 (REAPI test server)", bgd_path())?;
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let channel = if tls {
-        make_test_ca(&d.join("tls"));
-        format!(
-            "insecure-mode: false\n    credentials:\n      tls-server-key: {0}/tls/server.key\n      tls-server-cert: {0}/tls/server.crt",
-            d.display()
-        )
-    } else {
-        "insecure-mode: true".to_string()
-    };
-    let authorization = if jwt {
-        std::fs::write(d.join("jwt.secret"), JWT_SECRET).unwrap();
-        format!(
-            "method: jwt\n  secret: {}/jwt.secret\n  algorithm: hs256\n  allow-localhost-requests: false",
-            d.display()
-        )
-    } else {
-        "method: none".to_string()
+    let (channel, authorization) = match access {
+        Access::Open => (
+            "insecure-mode: true".to_string(),
+            "method: none".to_string(),
+        ),
+        Access::Tls => {
+            make_test_ca(&d.join("tls"));
+            let tls = d.join("tls").display().to_string();
+            let credentials = format!(
+                "tls-server-key: {tls}/server.key\n      tls-server-cert: {tls}/server.crt"
+            );
+            (
+                format!("insecure-mode: false\n    credentials:\n      {credentials}"),
+                "method: none".to_string(),
+            )
+        }
+        Access::Jwt => {
+            let secret = d.join("jwt.secret");
+            std::fs::write(&secret, JWT_SECRET).unwrap();
+            let jwt = format!("secret: {}\n  algorithm: hs256", secret.display());
+            (
+                "insecure-mode: true".to_string(),
+                format!("method: jwt\n  {jwt}\n  allow-localhost-requests: false"),
+            )
+        }
     };
     let store = match storage {
         BlobStorage::Memory => "!lru-storage &cas\n    size: 1GB".to_string(),
