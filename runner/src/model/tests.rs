@@ -20,6 +20,11 @@ impl Project {
         }
     }
 
+    /// A project whose one definition, `g/d`, is `toml`.
+    fn with_definition(toml: &str) -> Project {
+        Project::new().def("g/d", toml)
+    }
+
     /// Write `stages/<name>/stage.toml`.
     fn def(self, name: &str, toml: &str) -> Project {
         let dir = self.dir.path().join("stages").join(name);
@@ -44,13 +49,15 @@ impl Project {
         load_str(Path::new("p.toml"), text.to_string(), &opts)
     }
 
-    fn load(&self, text: &str) -> Pipeline {
-        self.load_with(text, &[])
+    /// The model of the pipeline whose text is [`HEAD`] and then `body`.
+    fn load(&self, body: &str) -> Pipeline {
+        self.load_with(&format!("{HEAD}{body}"), &[])
             .unwrap_or_else(|e| panic!("load failed:\n{e}"))
     }
 
-    fn errors(&self, text: &str) -> Vec<Diagnostic> {
-        match self.load_with(text, &[]) {
+    /// The diagnostics of the pipeline whose text is [`HEAD`] and then `body`.
+    fn errors(&self, body: &str) -> Vec<Diagnostic> {
+        match self.load_with(&format!("{HEAD}{body}"), &[]) {
             Ok(_) => panic!("loaded, expected errors"),
             Err(LoadError::Invalid(d)) => d.0,
             Err(e) => panic!("expected diagnostics, got {e}"),
@@ -66,17 +73,16 @@ fn messages(ds: &[Diagnostic]) -> Vec<&str> {
 
 #[test]
 fn a_minimal_pipeline_has_the_documented_defaults() {
-    let p = Project::new().load(&format!(
-        "{HEAD}[stages.b]\nrun = \"echo b\"\n[stages.a]\nrun = [\"echo\", \"a\"]\n"
-    ));
+    let p =
+        Project::new().load("[stages.b]\nrun = \"echo b\"\n[stages.a]\nrun = [\"echo\", \"a\"]\n");
     assert_eq!(p.name, "p");
     let names: Vec<_> = p.stages.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["b", "a"], "stages keep file order");
     let s = &p.stages[0];
-    assert_eq!(s.timeout, None);
-    assert_eq!(s.retries, 0);
-    assert!(s.cache && !s.report && !s.allow_failure);
-    assert!(s.container.is_none() && s.env.is_none() && s.def.is_none());
+    assert_eq!(s.settings.timeout, None);
+    assert_eq!(s.settings.retries, 0);
+    assert!(s.settings.cache && !s.settings.report && !s.settings.allow_failure);
+    assert!(s.container.is_none() && s.settings.env.is_none() && s.def.is_none());
     assert!(matches!(p.stages[1].run, RunTemplate::Exec(ref a) if a.len() == 2));
 }
 
@@ -87,34 +93,40 @@ fn settings_follow_stage_then_definition_then_defaults() {
             "g/d",
             "[stage]\nrun = \"x\"\ntimeout = \"5m\"\nretries = 2\nvars = { A = \"def\", B = \"def\" }\npass_env = [\"HOME\"]\n",
         )
-        .load(&format!(
-            "{HEAD}[defaults]\ntimeout = \"1h\"\nretries = 9\ncache = false\nvars = {{ A = \"dflt\", C = \"dflt\" }}\npass_env = [\"USER\", \"HOME\"]\n\
-             [stages.own]\nuses = \"g/d\"\nretries = 1\nvars = {{ B = \"own\" }}\n\
-             [stages.bare]\nrun = \"y\"\n"
-        ));
+        .load("[defaults]\ntimeout = \"1h\"\nretries = 9\ncache = false\nvars = { A = \"dflt\", C = \"dflt\" }\npass_env = [\"USER\", \"HOME\"]\n\
+             [stages.own]\nuses = \"g/d\"\nretries = 1\nvars = { B = \"own\" }\n\
+             [stages.bare]\nrun = \"y\"\n");
     let own = &p.stages[0];
     assert_eq!(
-        own.timeout,
+        own.settings.timeout,
         Some(Duration::from_secs(300)),
         "definition over defaults"
     );
-    assert_eq!(own.retries, 1, "stage over definition");
-    assert!(!own.cache, "defaults when neither sets it");
-    let vars: Vec<_> = own.vars.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    assert_eq!(own.settings.retries, 1, "stage over definition");
+    assert!(!own.settings.cache, "defaults when neither sets it");
+    let vars: Vec<_> = own
+        .settings
+        .vars
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     assert_eq!(vars, ["A=def", "B=own", "C=dflt"]);
-    assert_eq!(own.pass_env, ["USER", "HOME"], "merged, first mention kept");
+    assert_eq!(
+        own.settings.pass_env,
+        ["USER", "HOME"],
+        "merged, first mention kept"
+    );
     let bare = &p.stages[1];
-    assert_eq!(bare.timeout, Some(Duration::from_secs(3600)));
-    assert_eq!(bare.retries, 9);
+    assert_eq!(bare.settings.timeout, Some(Duration::from_secs(3600)));
+    assert_eq!(bare.settings.retries, 9);
 }
 
 #[test]
 fn values_from_stage_toml_are_reported_in_stage_toml() {
-    let proj = Project::new().def(
-        "g/d",
+    let proj = Project::with_definition(
         "[stage]\nrun = \"x\"\nretries = 101\nresources = { gpu = 1 }\nenv = \"ort\"\ntimeout = \"soon\"\n",
     );
-    let errs = proj.errors(&format!("{HEAD}[stages.s]\nuses = \"g/d\"\n"));
+    let errs = proj.errors("[stages.s]\nuses = \"g/d\"\n");
     assert_eq!(
         messages(&errs),
         [
@@ -132,10 +144,8 @@ fn values_from_stage_toml_are_reported_in_stage_toml() {
 
 #[test]
 fn a_timeout_from_defaults_is_reported_in_the_pipeline_even_with_a_definition() {
-    let proj = Project::new().def("g/d", "[stage]\nrun = \"x\"\n");
-    let errs = proj.errors(&format!(
-        "{HEAD}[defaults]\ntimeout = \"soon\"\n[stages.s]\nuses = \"g/d\"\n"
-    ));
+    let proj = Project::with_definition("[stage]\nrun = \"x\"\n");
+    let errs = proj.errors("[defaults]\ntimeout = \"soon\"\n[stages.s]\nuses = \"g/d\"\n");
     assert_eq!(errs.len(), 1);
     assert_eq!(
         (errs[0].path.as_path(), errs[0].line),
@@ -145,13 +155,12 @@ fn a_timeout_from_defaults_is_reported_in_the_pipeline_even_with_a_definition() 
 
 #[test]
 fn container_keys_parse_to_enums_and_errors_point_at_the_key() {
-    let proj = Project::new().def(
-        "g/d",
+    let proj = Project::with_definition(
         "[stage]\nrun = \"x\"\nimage = \"img:{{ params.tag }}\"\nnetwork = \"bridge\"\n[params]\ntag = { type = \"string\", default = \"1\" }\n",
     );
-    let p = proj.load(&format!(
-        "{HEAD}[stages.s]\nuses = \"g/d\"\npull = \"missing\"\n[stages.t]\nrun = \"y\"\nimage = \"i\"\n"
-    ));
+    let p = proj.load(
+        "[stages.s]\nuses = \"g/d\"\npull = \"missing\"\n[stages.t]\nrun = \"y\"\nimage = \"i\"\n",
+    );
     let c = p.stages[0].container.as_ref().unwrap();
     assert_eq!((c.network, c.pull), (Network::Bridge, PullPolicy::Missing));
     assert!(c.image_in_def && !c.gpus_in_def);
@@ -159,23 +168,20 @@ fn container_keys_parse_to_enums_and_errors_point_at_the_key() {
     assert_eq!((t.network, t.pull), (Network::None, PullPolicy::Never));
     assert_eq!(serde_json::to_value(t.network).unwrap(), json!("none"));
 
-    let errs = proj.errors(&format!(
-        "{HEAD}[stages.s]\nrun = \"y\"\nimage = \"i\"\n\nnetwork = \"lan\"\npull = \"sometimes\"\nshm_size = \"big\"\ngpus = 0\n"
-    ));
+    let errs = proj.errors("[stages.s]\nrun = \"y\"\nimage = \"i\"\n\nnetwork = \"lan\"\npull = \"sometimes\"\nshm_size = \"big\"\ngpus = 0\n");
     let at: Vec<_> = errs.iter().map(|d| (d.line, d.col)).collect();
     assert_eq!(at, [(7, 11), (8, 8), (9, 12), (10, 8)], "{errs:?}");
 }
 
 #[test]
 fn a_bad_binding_of_a_required_input_is_reported_once() {
-    let proj = Project::new().def(
-        "g/d",
+    let proj = Project::with_definition(
         "[stage]\nrun = \"x\"\n[inputs.src]\n[inputs.opt]\noptional = true\n",
     );
-    let errs = proj.errors(&format!(
-        "{HEAD}[stages.a]\nuses = \"g/d\"\ninputs = {{ src = \"nowhere.out\" }}\n\
-         [stages.b]\nuses = \"g/d\"\n"
-    ));
+    let errs = proj.errors(
+        "[stages.a]\nuses = \"g/d\"\ninputs = { src = \"nowhere.out\" }\n\
+         [stages.b]\nuses = \"g/d\"\n",
+    );
     assert_eq!(
         messages(&errs),
         [
@@ -188,35 +194,28 @@ fn a_bad_binding_of_a_required_input_is_reported_once() {
 
 #[test]
 fn a_broken_definition_is_reported_once_however_many_stages_use_it() {
-    let proj = Project::new().def("g/d", "[stage]\nrun = \"x\"\nbogus = 1\n");
-    let errs = proj.errors(&format!(
-        "{HEAD}[stages.a]\nuses = \"g/d\"\n[stages.b]\nuses = \"g/d\"\n"
-    ));
+    let proj = Project::with_definition("[stage]\nrun = \"x\"\nbogus = 1\n");
+    let errs = proj.errors("[stages.a]\nuses = \"g/d\"\n[stages.b]\nuses = \"g/d\"\n");
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].path, proj.def_file("g/d"));
-    let missing = proj.errors(&format!(
-        "{HEAD}[stages.a]\nuses = \"g/x\"\n[stages.b]\nuses = \"g/x\"\n"
-    ));
+    let missing = proj.errors("[stages.a]\nuses = \"g/x\"\n[stages.b]\nuses = \"g/x\"\n");
     assert_eq!(missing.len(), 2, "a missing one is reported at each `uses`");
 }
 
 #[test]
 fn with_values_are_type_checked_and_required_params_enforced() {
-    let proj = Project::new().def(
-        "g/d",
+    let proj = Project::with_definition(
         "[stage]\nrun = \"x\"\n[params]\nn = { type = \"int\" }\nmode = { type = \"string\", default = \"a\", choices = [\"a\", \"b\"] }\n",
     );
-    let p = proj.load(&format!(
-        "{HEAD}[params]\nk = 3\n[stages.s]\nuses = \"g/d\"\nwith = {{ n = \"{{{{ params.k }}}}\", mode = \"b\" }}\n"
-    ));
+    let p = proj.load("[params]\nk = 3\n[stages.s]\nuses = \"g/d\"\nwith = { n = \"{{ params.k }}\", mode = \"b\" }\n");
     assert!(matches!(p.stages[0].with["n"].0, WithValue::Template(_)));
     assert!(matches!(&p.stages[0].with["mode"].0, WithValue::Literal(v) if v == &json!("b")));
 
-    let errs = proj.errors(&format!(
-        "{HEAD}[stages.s]\nuses = \"g/d\"\nwith = {{ mode = \"c\", nn = 1 }}\n\
-         [stages.t]\nuses = \"g/d\"\nwith = {{ n = \"{{{{ params.nope }}}}\" }}\n\
-         [stages.u]\nrun = \"x\"\nwith = {{ n = 1 }}\n"
-    ));
+    let errs = proj.errors(
+        "[stages.s]\nuses = \"g/d\"\nwith = { mode = \"c\", nn = 1 }\n\
+         [stages.t]\nuses = \"g/d\"\nwith = { n = \"{{ params.nope }}\" }\n\
+         [stages.u]\nrun = \"x\"\nwith = { n = 1 }\n",
+    );
     assert_eq!(
         messages(&errs),
         [
@@ -231,21 +230,18 @@ fn with_values_are_type_checked_and_required_params_enforced() {
 
 #[test]
 fn an_empty_with_table_is_not_an_error() {
-    let p = Project::new().load(&format!("{HEAD}[stages.s]\nrun = \"x\"\nwith = {{}}\n"));
+    let p = Project::new().load("[stages.s]\nrun = \"x\"\nwith = {}\n");
     assert!(p.stages[0].with.is_empty());
 }
 
 #[test]
 fn matrix_values_must_be_distinct_scalars() {
     let proj = Project::new();
-    let p = proj.load(&format!(
-        "{HEAD}[stages.s]\nrun = \"x\"\nmatrix = {{ b = [1, 2], a = [\"x\"] }}\n"
-    ));
+    let p = proj.load("[stages.s]\nrun = \"x\"\nmatrix = { b = [1, 2], a = [\"x\"] }\n");
     let keys: Vec<_> = p.stages[0].matrix.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(keys, ["a", "b"]);
-    let errs = proj.errors(&format!(
-        "{HEAD}[stages.s]\nrun = \"x\"\nmatrix = {{ a = [], b = [1, \"1\"], c = [[1]] }}\n"
-    ));
+    let errs =
+        proj.errors("[stages.s]\nrun = \"x\"\nmatrix = { a = [], b = [1, \"1\"], c = [[1]] }\n");
     assert_eq!(
         messages(&errs),
         [
@@ -276,9 +272,8 @@ fn overrides_keep_the_param_type() {
 
 #[test]
 fn defaults_reject_keys_that_are_not_inherited() {
-    let errs = Project::new().errors(&format!(
-        "{HEAD}[defaults]\nrun = \"x\"\nmatrix = {{ a = [1] }}\n[stages.s]\nrun = \"x\"\n"
-    ));
+    let errs = Project::new()
+        .errors("[defaults]\nrun = \"x\"\nmatrix = { a = [1] }\n[stages.s]\nrun = \"x\"\n");
     assert_eq!(
         messages(&errs),
         [
