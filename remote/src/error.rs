@@ -106,13 +106,9 @@ pub enum RemoteError {
         "failed to upload blob {digest}: the local copy at {path} no longer matches its digest"
     )]
     LocalCorrupt { digest: Digest, path: PathBuf },
-    #[error("failed to {op} {path}")]
-    LocalIo {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// A local file a transfer reads or writes, worded as the local store words its own.
+    #[error(transparent)]
+    LocalIo(CacheError),
     #[error("failed to use the local store")]
     Local(#[from] CacheError),
     #[error("failed to run a blocking local task")]
@@ -124,8 +120,8 @@ impl RemoteError {
         op: &'static str,
         path: impl Into<PathBuf>,
     ) -> impl FnOnce(std::io::Error) -> RemoteError {
-        let path = path.into();
-        move |source| RemoteError::LocalIo { op, path, source }
+        let wrap = CacheError::io(op, path);
+        move |source| RemoteError::LocalIo(wrap(source))
     }
 
     /// True when the remote could not be reached or did not answer in time, as opposed to
