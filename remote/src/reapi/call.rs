@@ -62,10 +62,29 @@ impl CallSite<'_> {
             delay = (delay * 2).min(RETRY_MAX_DELAY);
         }
     }
+
+    /// One unary call, [`retrying`](CallSite::retrying): each attempt sends `message` with the
+    /// deadline through `send`, on its own clone of `client`. The server's answer.
+    pub async fn unary<C, M, T, Fut>(
+        &self,
+        client: C,
+        message: M,
+        send: impl Fn(C, tonic::Request<M>) -> Fut,
+    ) -> Result<T, RemoteError>
+    where
+        C: Clone,
+        M: Clone,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let answer = self
+            .retrying(|| send(client.clone(), request(message.clone(), self.timeouts)))
+            .await?;
+        Ok(answer.into_inner())
+    }
 }
 
 /// A request carrying the deadline to the server too, so it can drop work nobody waits for.
-pub(super) fn request<T>(message: T, timeouts: Timeouts) -> tonic::Request<T> {
+fn request<T>(message: T, timeouts: Timeouts) -> tonic::Request<T> {
     let mut r = tonic::Request::new(message);
     r.set_timeout(timeouts.request);
     r

@@ -35,20 +35,19 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
 use heddle_cache::Digest;
 use tonic::{Code, Status};
 
 use self::action::{action_key, action_result, stored_entry, ENTRY_PATH};
 use self::bytestream::Target;
-use self::call::{request, CallSite};
+use self::call::CallSite;
 use self::connect::Transport;
 use self::names::reapi_digest;
 use self::proto::build::bazel::remote::execution::v2 as re;
 use self::proto::build::bazel::remote::execution::v2::action_cache_client::ActionCacheClient;
 use self::proto::build::bazel::remote::execution::v2::content_addressable_storage_client::ContentAddressableStorageClient;
-use crate::backend::{BlobStream, RemoteBackend, Timeouts};
+use crate::backend::{BlobStream, Endpoint, EntryBlobs, RemoteBackend, RemoteFuture, Timeouts};
 use crate::RemoteError;
 
 pub(crate) use self::call::is_unavailable_code;
@@ -66,8 +65,7 @@ const MAX_REMEMBERED_SIZES: usize = 100_000;
 pub struct ReapiCache {
     channel: Transport,
     instance: String,
-    name: String,
-    timeouts: Timeouts,
+    endpoint: Endpoint,
     /// Blob sizes learned from the ActionResults this backend read. REAPI cannot read a blob
     /// by hash alone, and heddle's entry does not record a tree manifest's size; the
     /// ActionResult does, and `fetch_action` reads a manifest right after its entry.
@@ -88,8 +86,7 @@ impl ReapiCache {
         Ok(ReapiCache {
             channel: connect::transport(authority, options, &name, timeouts)?,
             instance: instance.to_string(),
-            name,
-            timeouts,
+            endpoint: Endpoint { name, timeouts },
             sizes: Mutex::default(),
         })
     }
@@ -98,8 +95,8 @@ impl ReapiCache {
         CallSite {
             op,
             object,
-            remote: &self.name,
-            timeouts: self.timeouts,
+            remote: &self.endpoint.name,
+            timeouts: self.endpoint.timeouts,
         }
     }
 
@@ -107,13 +104,17 @@ impl ReapiCache {
         Target {
             channel: &self.channel,
             instance: &self.instance,
-            remote: &self.name,
-            timeouts: self.timeouts,
+            remote: &self.endpoint.name,
+            timeouts: self.endpoint.timeouts,
         }
     }
 
     fn cas(&self) -> ContentAddressableStorageClient<Transport> {
         ContentAddressableStorageClient::new(self.channel.clone())
+    }
+
+    fn ac(&self) -> ActionCacheClient<Transport> {
+        ActionCacheClient::new(self.channel.clone())
     }
 
     /// Upload small blobs in one `BatchUpdateBlobs` call; any blob the server refuses fails it.
@@ -136,10 +137,8 @@ impl ReapiCache {
             digest_function: re::digest_function::Value::Sha256 as i32,
         };
         let answer = site
-            .retrying(|| {
-                let mut cas = self.cas();
-                let r = request(message.clone(), self.timeouts);
-                async move { Ok(cas.batch_update_blobs(r).await?.into_inner()) }
+            .unary(self.cas(), message, |mut cas, r| async move {
+                cas.batch_update_blobs(r).await
             })
             .await?;
         for r in answer.responses {
@@ -161,10 +160,8 @@ impl ReapiCache {
             digest_function: re::digest_function::Value::Sha256 as i32,
         };
         let answer = site
-            .retrying(|| {
-                let mut cas = self.cas();
-                let r = request(message.clone(), self.timeouts);
-                async move { Ok(cas.batch_read_blobs(r).await?.into_inner()) }
+            .unary(self.cas(), message, |mut cas, r| async move {
+                cas.batch_read_blobs(r).await
             })
             .await?;
         let Some(r) = answer.responses.into_iter().next() else {
@@ -186,7 +183,7 @@ impl ReapiCache {
             return Ok(None);
         };
         let mut all = Vec::with_capacity(size as usize);
-        let idle = self.timeouts.idle;
+        let idle = self.endpoint.timeouts.idle;
         loop {
             match tokio::time::timeout(idle, body.next()).await {
                 Ok(Some(chunk)) => all.extend_from_slice(&chunk?),
@@ -209,15 +206,11 @@ impl ReapiCache {
 }
 
 impl RemoteBackend for ReapiCache {
-    fn name(&self) -> &str {
-        &self.name
+    fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
     }
 
-    fn timeouts(&self) -> Timeouts {
-        self.timeouts
-    }
-
-    fn has_blob(&self, digest: Digest, size: u64) -> BoxFuture<'_, Result<bool, RemoteError>> {
+    fn has_blob(&self, digest: Digest, size: u64) -> RemoteFuture<'_, bool> {
         async move {
             let object = format!("blob {digest}");
             let message = re::FindMissingBlobsRequest {
@@ -227,10 +220,8 @@ impl RemoteBackend for ReapiCache {
             };
             let answer = self
                 .site("check", &object)
-                .retrying(|| {
-                    let mut cas = self.cas();
-                    let r = request(message.clone(), self.timeouts);
-                    async move { Ok(cas.find_missing_blobs(r).await?.into_inner()) }
+                .unary(self.cas(), message, |mut cas, r| async move {
+                    cas.find_missing_blobs(r).await
                 })
                 .await?;
             Ok(answer.missing_blob_digests.is_empty())
@@ -238,11 +229,7 @@ impl RemoteBackend for ReapiCache {
         .boxed()
     }
 
-    fn read_blob(
-        &self,
-        digest: Digest,
-        size: Option<u64>,
-    ) -> BoxFuture<'_, Result<Option<BlobStream>, RemoteError>> {
+    fn read_blob(&self, digest: Digest, size: Option<u64>) -> RemoteFuture<'_, Option<BlobStream>> {
         async move {
             let known = size.or_else(|| self.sizes.lock().expect("sizes").get(&digest).copied());
             // REAPI reads a blob by hash and size; without the size there is nothing to ask.
@@ -258,12 +245,7 @@ impl RemoteBackend for ReapiCache {
         .boxed()
     }
 
-    fn write_blob(
-        &self,
-        digest: Digest,
-        size: u64,
-        mut data: BlobStream,
-    ) -> BoxFuture<'_, Result<(), RemoteError>> {
+    fn write_blob(&self, digest: Digest, size: u64, mut data: BlobStream) -> RemoteFuture<'_, ()> {
         async move {
             if size > BATCH_MAX {
                 return bytestream::write(&self.target(), digest, size, data).await;
@@ -284,7 +266,7 @@ impl RemoteBackend for ReapiCache {
         .boxed()
     }
 
-    fn get_action(&self, key: Digest) -> BoxFuture<'_, Result<Option<Vec<u8>>, RemoteError>> {
+    fn get_action(&self, key: Digest) -> RemoteFuture<'_, Option<Vec<u8>>> {
         async move {
             let object = format!("action entry {key}");
             let site = self.site("read", &object);
@@ -297,10 +279,8 @@ impl RemoteBackend for ReapiCache {
                 digest_function: re::digest_function::Value::Sha256 as i32,
             };
             let answer = site
-                .retrying(|| {
-                    let mut ac = ActionCacheClient::new(self.channel.clone());
-                    let r = request(message.clone(), self.timeouts);
-                    async move { Ok(ac.get_action_result(r).await?.into_inner()) }
+                .unary(self.ac(), message, |mut ac, r| async move {
+                    ac.get_action_result(r).await
                 })
                 .await;
             let result = match answer {
@@ -312,7 +292,7 @@ impl RemoteBackend for ReapiCache {
             };
             let bad = |reason: String| RemoteError::BadEntry {
                 key,
-                remote: self.name.clone(),
+                remote: self.endpoint.name.clone(),
                 reason,
             };
             let stored = stored_entry(result).map_err(bad)?;
@@ -338,7 +318,7 @@ impl RemoteBackend for ReapiCache {
                     digest,
                     actual,
                     size: bytes.len() as u64,
-                    remote: self.name.clone(),
+                    remote: self.endpoint.name.clone(),
                 });
             }
             Ok(Some(bytes.to_vec()))
@@ -346,12 +326,7 @@ impl RemoteBackend for ReapiCache {
         .boxed()
     }
 
-    fn put_action(
-        &self,
-        key: Digest,
-        bytes: Vec<u8>,
-        blobs: Vec<(Digest, u64)>,
-    ) -> BoxFuture<'_, Result<(), RemoteError>> {
+    fn put_action(&self, key: Digest, bytes: Vec<u8>, blobs: EntryBlobs) -> RemoteFuture<'_, ()> {
         async move {
             let object = format!("action entry {key}");
             let (entry_hash, entry_size) = (Digest::of_bytes(&bytes), bytes.len() as u64);
@@ -375,10 +350,8 @@ impl RemoteBackend for ReapiCache {
                 digest_function: re::digest_function::Value::Sha256 as i32,
             };
             self.site("write", &object)
-                .retrying(|| {
-                    let mut ac = ActionCacheClient::new(self.channel.clone());
-                    let r = request(message.clone(), self.timeouts);
-                    async move { Ok(ac.update_action_result(r).await?.into_inner()) }
+                .unary(self.ac(), message, |mut ac, r| async move {
+                    ac.update_action_result(r).await
                 })
                 .await?;
             Ok(())
