@@ -20,24 +20,22 @@ pub(super) fn digest_of(bytes: &[u8]) -> re::Digest {
 
 /// `{instance}/blobs/{hash}/{size}`: what a ByteStream `Read` asks for.
 pub(super) fn read_resource(instance: &str, digest: Digest, size: u64) -> String {
-    format!("{}blobs/{digest}/{size}", prefix(instance))
+    under_instance(instance, format!("blobs/{digest}/{size}"))
 }
 
 /// `{instance}/uploads/{uuid}/blobs/{hash}/{size}`: a ByteStream `Write` of one upload; the
 /// uuid keeps two uploads of the same blob apart on the server.
 pub(super) fn write_resource(instance: &str, digest: Digest, size: u64) -> String {
-    format!(
-        "{}uploads/{}/blobs/{digest}/{size}",
-        prefix(instance),
-        uuid::Uuid::new_v4()
-    )
+    let upload = uuid::Uuid::new_v4();
+    under_instance(instance, format!("uploads/{upload}/blobs/{digest}/{size}"))
 }
 
-fn prefix(instance: &str) -> String {
+/// `{instance}/{name}`; the server's default instance (an empty name) adds no `/`.
+fn under_instance(instance: &str, name: String) -> String {
     if instance.is_empty() {
-        String::new()
+        name
     } else {
-        format!("{instance}/")
+        format!("{instance}/{name}")
     }
 }
 
