@@ -12,6 +12,22 @@ use crate::RemoteError;
 /// A blob's bytes in chunks, as they arrive or as they are read from disk.
 pub type BlobStream = BoxStream<'static, Result<Bytes, RemoteError>>;
 
+/// What every [`RemoteBackend`] call returns: boxed, so the trait can be used as
+/// `dyn RemoteBackend`.
+pub type RemoteFuture<'a, T> = BoxFuture<'a, Result<T, RemoteError>>;
+
+/// Every blob an action entry needs, with its size: what a REAPI ActionResult lists.
+pub type EntryBlobs = Vec<(Digest, u64)>;
+
+/// What every backend is besides its storage: the name messages call it by and the timeouts
+/// that bound its calls.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    /// `s3://bucket/prefix`; never a password.
+    pub name: String,
+    pub timeouts: Timeouts,
+}
+
 /// Timeouts that bound every remote call, so a remote that stops answering costs at most
 /// this long before the caller falls back to local work.
 #[derive(Clone, Copy, Debug)]
@@ -63,46 +79,38 @@ impl Timeouts {
 /// A backend does not verify anything: [`crate::fetch_blob`] hashes every byte it reads, and
 /// the helpers in this crate are the only intended callers of [`RemoteBackend::read_blob`].
 pub trait RemoteBackend: Send + Sync {
-    /// What to call this remote in messages (`s3://bucket/prefix`); never a password.
-    fn name(&self) -> &str;
+    fn endpoint(&self) -> &Endpoint;
 
-    fn timeouts(&self) -> Timeouts;
+    /// What to call this remote in messages (`s3://bucket/prefix`); never a password.
+    fn name(&self) -> &str {
+        &self.endpoint().name
+    }
+
+    fn timeouts(&self) -> Timeouts {
+        self.endpoint().timeouts
+    }
 
     /// Whether the remote has blob `digest` of `size` bytes. The size is part of a blob's
     /// name on REAPI; the other backends ignore it.
-    fn has_blob(&self, digest: Digest, size: u64) -> BoxFuture<'_, Result<bool, RemoteError>>;
+    fn has_blob(&self, digest: Digest, size: u64) -> RemoteFuture<'_, bool>;
 
     /// The blob's bytes, unverified, or `None` when the remote does not have it. `size` is
     /// `None` for a tree manifest, whose size an entry does not record: a REAPI backend takes it
     /// from the ActionResult it read the entry from.
-    fn read_blob(
-        &self,
-        digest: Digest,
-        size: Option<u64>,
-    ) -> BoxFuture<'_, Result<Option<BlobStream>, RemoteError>>;
+    fn read_blob(&self, digest: Digest, size: Option<u64>) -> RemoteFuture<'_, Option<BlobStream>>;
 
     /// Store `data` as blob `digest`. When `data` yields an error the backend must abort the
     /// write, so a half or unverified blob never becomes visible under the digest. Writing a
     /// blob that is already there is harmless (the same bytes), so concurrent writers are safe.
-    fn write_blob(
-        &self,
-        digest: Digest,
-        size: u64,
-        data: BlobStream,
-    ) -> BoxFuture<'_, Result<(), RemoteError>>;
+    fn write_blob(&self, digest: Digest, size: u64, data: BlobStream) -> RemoteFuture<'_, ()>;
 
     /// An action entry's bytes, or `None`.
-    fn get_action(&self, key: Digest) -> BoxFuture<'_, Result<Option<Vec<u8>>, RemoteError>>;
+    fn get_action(&self, key: Digest) -> RemoteFuture<'_, Option<Vec<u8>>>;
 
     /// Store an action entry; the last writer wins (concurrent writers of one key wrote the
     /// same action's outputs, which are content-addressed). `blobs` is every blob the entry
     /// needs, with its size, all already on the remote: a REAPI ActionResult lists them.
-    fn put_action(
-        &self,
-        key: Digest,
-        bytes: Vec<u8>,
-        blobs: Vec<(Digest, u64)>,
-    ) -> BoxFuture<'_, Result<(), RemoteError>>;
+    fn put_action(&self, key: Digest, bytes: Vec<u8>, blobs: EntryBlobs) -> RemoteFuture<'_, ()>;
 }
 
 /// Bound a request-sized call by the remote's request budget (all its retries included),

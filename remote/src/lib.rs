@@ -74,7 +74,10 @@ mod webdav_upload;
 
 use std::sync::Arc;
 
-pub use backend::{BlobStream, RemoteBackend, Timeouts, RETRY_MAX_DELAY, RETRY_MIN_DELAY};
+pub use backend::{
+    BlobStream, Endpoint, EntryBlobs, RemoteBackend, RemoteFuture, Timeouts, RETRY_MAX_DELAY,
+    RETRY_MIN_DELAY,
+};
 pub use config::{
     resolve_remote, ConfigError, RemoteMode, RemoteSettings, S3Settings, SettingSource,
 };

@@ -8,13 +8,15 @@
 //! ```
 
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt, TryStreamExt};
 use heddle_cache::Digest;
 use opendal::layers::{RetryLayer, TimeoutLayer};
 use opendal::{services, ErrorKind, Operator};
 
-use crate::backend::{BlobStream, RemoteBackend, Timeouts, RETRY_MAX_DELAY, RETRY_MIN_DELAY};
+use crate::backend::{
+    BlobStream, Endpoint, EntryBlobs, RemoteBackend, RemoteFuture, Timeouts, RETRY_MAX_DELAY,
+    RETRY_MIN_DELAY,
+};
 use crate::config::S3Settings;
 use crate::webdav_upload::WebdavUpload;
 use crate::{RemoteError, RemoteUrl};
@@ -38,8 +40,7 @@ pub struct OpendalCache {
     /// WebDAV only: blobs are uploaded by a streamed PUT of our own, because OpenDAL's WebDAV
     /// writer would buffer the whole blob.
     webdav: Option<WebdavUpload>,
-    name: String,
-    timeouts: Timeouts,
+    endpoint: Endpoint,
 }
 
 impl OpendalCache {
@@ -160,8 +161,7 @@ impl OpendalCache {
         Ok(OpendalCache {
             op,
             webdav,
-            name,
-            timeouts,
+            endpoint: Endpoint { name, timeouts },
         })
     }
 
@@ -195,19 +195,20 @@ impl OpendalCache {
         op: &'static str,
         object: String,
     ) -> impl FnOnce(opendal::Error) -> RemoteError + '_ {
+        let Endpoint { name, timeouts } = &self.endpoint;
         move |source| {
             if source.to_string().contains("timeout reached") {
                 RemoteError::Timeout {
                     op,
                     object,
-                    remote: self.name.clone(),
-                    secs: self.timeouts.request.max(self.timeouts.idle).as_secs(),
+                    remote: name.clone(),
+                    secs: timeouts.request.max(timeouts.idle).as_secs(),
                 }
             } else {
                 RemoteError::Backend {
                     op,
                     object,
-                    remote: self.name.clone(),
+                    remote: name.clone(),
                     source,
                 }
             }
@@ -239,15 +240,11 @@ fn action_path(key: &Digest) -> String {
 }
 
 impl RemoteBackend for OpendalCache {
-    fn name(&self) -> &str {
-        &self.name
+    fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
     }
 
-    fn timeouts(&self) -> Timeouts {
-        self.timeouts
-    }
-
-    fn has_blob(&self, digest: Digest, _size: u64) -> BoxFuture<'_, Result<bool, RemoteError>> {
+    fn has_blob(&self, digest: Digest, _size: u64) -> RemoteFuture<'_, bool> {
         async move {
             let path = blob_path(&digest);
             self.op
@@ -262,7 +259,7 @@ impl RemoteBackend for OpendalCache {
         &self,
         digest: Digest,
         _size: Option<u64>,
-    ) -> BoxFuture<'_, Result<Option<BlobStream>, RemoteError>> {
+    ) -> RemoteFuture<'_, Option<BlobStream>> {
         async move {
             let path = blob_path(&digest);
             let object = format!("blob {digest}");
@@ -283,7 +280,7 @@ impl RemoteBackend for OpendalCache {
                 .into_bytes_stream(0..meta.content_length())
                 .await
                 .map_err(self.backend_error("read", object.clone()))?;
-            let remote = self.name.clone();
+            let remote = self.endpoint.name.clone();
             let stream = stream.map_err(move |source| RemoteError::Transfer {
                 op: "read",
                 object: object.clone(),
@@ -295,12 +292,7 @@ impl RemoteBackend for OpendalCache {
         .boxed()
     }
 
-    fn write_blob(
-        &self,
-        digest: Digest,
-        size: u64,
-        mut data: BlobStream,
-    ) -> BoxFuture<'_, Result<(), RemoteError>> {
+    fn write_blob(&self, digest: Digest, size: u64, mut data: BlobStream) -> RemoteFuture<'_, ()> {
         async move {
             let path = blob_path(&digest);
             let object = format!("blob {digest}");
@@ -338,7 +330,7 @@ impl RemoteBackend for OpendalCache {
         .boxed()
     }
 
-    fn get_action(&self, key: Digest) -> BoxFuture<'_, Result<Option<Vec<u8>>, RemoteError>> {
+    fn get_action(&self, key: Digest) -> RemoteFuture<'_, Option<Vec<u8>>> {
         async move {
             let path = action_path(&key);
             let object = format!("action entry {key}");
@@ -351,7 +343,7 @@ impl RemoteBackend for OpendalCache {
             if size > MAX_ENTRY_BYTES {
                 return Err(RemoteError::BadEntry {
                     key,
-                    remote: self.name.clone(),
+                    remote: self.endpoint.name.clone(),
                     reason: format!("{size} bytes is too large for an action entry"),
                 });
             }
@@ -365,12 +357,7 @@ impl RemoteBackend for OpendalCache {
         .boxed()
     }
 
-    fn put_action(
-        &self,
-        key: Digest,
-        bytes: Vec<u8>,
-        _blobs: Vec<(Digest, u64)>,
-    ) -> BoxFuture<'_, Result<(), RemoteError>> {
+    fn put_action(&self, key: Digest, bytes: Vec<u8>, _blobs: EntryBlobs) -> RemoteFuture<'_, ()> {
         async move {
             let path = action_path(&key);
             self.op
