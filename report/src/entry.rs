@@ -361,14 +361,14 @@ mod tests {
     #[test]
     fn failures_parse_back() {
         let body = "- `optimize[precision=a16_w4]` FAILED AttributeError: 'function' object has no attribute 'x'\n- `probe[precision=a16_w4]` SKIPPED because `optimize[precision=a16_w4]` failed: AttributeError: boom\n";
-        let f = parse_failures(body);
-        assert_eq!(
-            f["optimize[precision=a16_w4]"],
-            ("FAILED".into(), "AttributeError".into())
-        );
-        assert_eq!(
-            f["probe[precision=a16_w4]"],
-            ("SKIPPED".into(), "AttributeError".into())
-        );
+        let row = |label: &str, state: &str| {
+            let class = "AttributeError".to_string();
+            (label.to_string(), (state.to_string(), class))
+        };
+        let expected = BTreeMap::from([
+            row("optimize[precision=a16_w4]", "FAILED"),
+            row("probe[precision=a16_w4]", "SKIPPED"),
+        ]);
+        assert_eq!(parse_failures(body), expected);
     }
 }

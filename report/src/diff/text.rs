@@ -35,6 +35,19 @@ pub fn delta_text(d: f64) -> String {
     }
 }
 
+/// A section of changes: `{title}: N changed`, then one aligned line per change.
+fn changed(out: &mut String, title: &str, rows: impl Iterator<Item = Vec<String>>) {
+    let rows: Vec<Vec<String>> = rows.collect();
+    let _ = writeln!(out, "\n{title}: {} changed", rows.len());
+    aligned(&rows, out);
+}
+
+/// The cells of one changed value: what it is (`names`), then `a → b`.
+fn change_row(names: &[&str], a: &Option<Value>, b: &Option<Value>) -> Vec<String> {
+    let values = [value_text(a.as_ref()), "→".into(), value_text(b.as_ref())];
+    names.iter().map(|n| n.to_string()).chain(values).collect()
+}
+
 /// Rows padded to the width of each column, two spaces apart.
 fn aligned(rows: &[Vec<String>], out: &mut String) {
     let widths: Vec<usize> = (0..rows.iter().map(Vec::len).max().unwrap_or(0))
@@ -66,46 +79,23 @@ impl RunDiff {
             "run A {} → run B {} (pipeline {})\n",
             self.a.run_id, self.b.run_id, self.b.pipeline
         );
-        let _ = writeln!(out, "\nparams: {} changed", self.params.len());
-        let rows: Vec<Vec<String>> = self
+        let params = self
             .params
             .iter()
-            .map(|p| {
-                vec![
-                    p.name.clone(),
-                    value_text(p.a.as_ref()),
-                    "→".into(),
-                    value_text(p.b.as_ref()),
-                ]
-            })
-            .collect();
-        aligned(&rows, &mut out);
-        let _ = writeln!(out, "\ninstances: {} changed", self.instances.len());
-        let rows: Vec<Vec<String>> = self
+            .map(|p| change_row(&[&p.name], &p.a, &p.b));
+        changed(&mut out, "params", params);
+        let instances = self
             .instances
             .iter()
-            .map(|i| vec![i.label.clone(), instance_text(i)])
-            .collect();
-        aligned(&rows, &mut out);
+            .map(|i| vec![i.label.clone(), instance_text(i)]);
+        changed(&mut out, "instances", instances);
         for t in &self.tables {
             self.table_text(t, &mut out);
         }
         if !self.facts.is_empty() {
-            let _ = writeln!(out, "\nfacts: {} changed", self.facts.len());
-            let rows: Vec<Vec<String>> = self
-                .facts
-                .iter()
-                .map(|f| {
-                    vec![
-                        f.label.clone(),
-                        f.path.clone(),
-                        value_text(f.a.as_ref()),
-                        "→".into(),
-                        value_text(f.b.as_ref()),
-                    ]
-                })
-                .collect();
-            aligned(&rows, &mut out);
+            let facts = self.facts.iter();
+            let facts = facts.map(|f| change_row(&[&f.label, &f.path], &f.a, &f.b));
+            changed(&mut out, "facts", facts);
         }
         out
     }
