@@ -112,20 +112,28 @@ mod tests {
     use super::*;
     use crate::model::Transfer;
 
-    fn host(name: &str, pools: &[(&str, u32)]) -> Host {
-        Host {
+    /// Configured hosts on made-up TCP engines, each offering its pools.
+    fn hosts(list: &[(&str, &[(&str, u32)])]) -> Hosts {
+        let host = |name: &str, pools: &[(&str, u32)]| Host {
             name: name.into(),
             docker: format!("tcp://{name}:2375"),
             tls: None,
             pools: pools.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             transfer: Transfer::Auto,
             defined_at: "hosts.toml:1:1".into(),
+        };
+        Hosts {
+            hosts: list
+                .iter()
+                .map(|(name, pools)| (name.to_string(), host(name, pools)))
+                .collect(),
         }
     }
 
-    fn pipeline(dir: &std::path::Path, text: &str) -> Pipeline {
+    /// PIPELINE, loaded from a file in `dir`.
+    fn pipeline(dir: &std::path::Path) -> Pipeline {
         let file = dir.join("p.toml");
-        std::fs::write(&file, text).unwrap();
+        std::fs::write(&file, PIPELINE).unwrap();
         let opts = crate::model::LoadOptions {
             root: Some(dir.to_path_buf()),
             ..Default::default()
@@ -158,14 +166,8 @@ run = "true"
     #[test]
     fn each_stage_goes_where_its_resources_are() {
         let dir = tempfile::tempdir().unwrap();
-        let p = pipeline(dir.path(), PIPELINE);
-        let hosts = Hosts {
-            hosts: [
-                ("a".into(), host("a", &[("gpu", 2)])),
-                ("b".into(), host("b", &[("gpu", 1), ("hailo", 1)])),
-            ]
-            .into(),
-        };
+        let p = pipeline(dir.path());
+        let hosts = hosts(&[("a", &[("gpu", 2)]), ("b", &[("gpu", 1), ("hailo", 1)])]);
         let placed = place(&p, &hosts).unwrap();
         let idx = |n: &str| p.stages.iter().position(|s| s.name == n).unwrap();
         assert_eq!(placed.candidates(idx("train")), ["a", "b"]);
@@ -177,14 +179,8 @@ run = "true"
     #[test]
     fn a_resource_no_host_offers_names_it_and_the_hosts() {
         let dir = tempfile::tempdir().unwrap();
-        let p = pipeline(dir.path(), PIPELINE);
-        let hosts = Hosts {
-            hosts: [
-                ("a".into(), host("a", &[("gpu", 2)])),
-                ("c".into(), host("c", &[])),
-            ]
-            .into(),
-        };
+        let p = pipeline(dir.path());
+        let hosts = hosts(&[("a", &[("gpu", 2)]), ("c", &[])]);
         let e = place(&p, &hosts).unwrap_err();
         assert_eq!(
             e.to_string(),
@@ -196,7 +192,7 @@ run = "true"
     #[test]
     fn without_hosts_nothing_is_placed() {
         let dir = tempfile::tempdir().unwrap();
-        let p = pipeline(dir.path(), PIPELINE);
+        let p = pipeline(dir.path());
         let placed = place(&p, &Hosts::default()).unwrap();
         assert!((0..p.stages.len()).all(|i| placed.candidates(i).is_empty()));
     }

@@ -118,116 +118,103 @@ fn without(mut schema: Schema, keys: &[&str]) -> Schema {
     schema
 }
 
+/// `impl JsonSchema` for a type whose schema is written by hand: `inline` ones are written out
+/// where they are used, the others become a named definition.
+macro_rules! schema_impl {
+    (inline $ty:ty, $name:literal, $schema:expr) => {
+        impl JsonSchema for $ty {
+            fn inline_schema() -> bool {
+                true
+            }
+            fn schema_name() -> Cow<'static, str> {
+                $name.into()
+            }
+            fn json_schema(_: &mut SchemaGenerator) -> Schema {
+                $schema
+            }
+        }
+    };
+    ($ty:ty, $name:literal, |$g:ident| $schema:expr) => {
+        impl JsonSchema for $ty {
+            fn schema_name() -> Cow<'static, str> {
+                $name.into()
+            }
+            fn json_schema($g: &mut SchemaGenerator) -> Schema {
+                $schema
+            }
+        }
+    };
+}
+
+/// [`RawStage`]'s schema without the keys `drop` names, described as `description`.
+fn stage_table(g: &mut SchemaGenerator, drop: &[&str], description: &str) -> Schema {
+    let mut s = without(RawStage::json_schema(g), drop);
+    s.insert("description".into(), description.into());
+    s
+}
+
 /// `[stages.NAME]`: every stage key but `include`, and `run` unless `uses` gives one.
 pub struct PipelineStage;
-
-impl JsonSchema for PipelineStage {
-    fn schema_name() -> Cow<'static, str> {
-        "Stage".into()
-    }
-    fn json_schema(g: &mut SchemaGenerator) -> Schema {
-        let mut s = without(RawStage::json_schema(g), &ONLY_IN_DEFINITION);
-        s.insert("description".into(), "A stage: `run` (or `uses` a definition), its inputs and outputs, and the settings it overrides.".into());
-        s.insert(
-            "anyOf".into(),
-            serde_json::json!([{ "required": ["run"] }, { "required": ["uses"] }]),
-        );
-        s
-    }
-}
+schema_impl!(PipelineStage, "Stage", |g| {
+    let mut s = stage_table(
+        g,
+        &ONLY_IN_DEFINITION,
+        "A stage: `run` (or `uses` a definition), its inputs and outputs, and the settings it overrides.",
+    );
+    s.insert(
+        "anyOf".into(),
+        serde_json::json!([{ "required": ["run"] }, { "required": ["uses"] }]),
+    );
+    s
+});
 
 /// `[defaults]`: only the settings a stage inherits.
 pub struct DefaultsTable;
-
-impl JsonSchema for DefaultsTable {
-    fn schema_name() -> Cow<'static, str> {
-        "Defaults".into()
-    }
-    fn json_schema(g: &mut SchemaGenerator) -> Schema {
-        let mut s = without(RawStage::json_schema(g), &NOT_IN_DEFAULTS);
-        s.insert(
-            "description".into(),
-            "Settings every stage inherits; a stage's own, then its definition's, win.".into(),
-        );
-        s
-    }
-}
+schema_impl!(DefaultsTable, "Defaults", |g| stage_table(
+    g,
+    &NOT_IN_DEFAULTS,
+    "Settings every stage inherits; a stage's own, then its definition's, win.",
+));
 
 /// A definition's `[stage]`: `run` is required, and what a stage binds is declared elsewhere.
 pub struct DefinitionStage;
-
-impl JsonSchema for DefinitionStage {
-    fn schema_name() -> Cow<'static, str> {
-        "DefinitionStage".into()
-    }
-    fn json_schema(g: &mut SchemaGenerator) -> Schema {
-        let mut s = without(RawStage::json_schema(g), &NOT_IN_DEFINITION);
-        s.insert("description".into(), "`run` and the settings the definition gives its stages; params, inputs and outputs are declared in their own tables.".into());
-        s.insert("required".into(), serde_json::json!(["run"]));
-        s
-    }
-}
+schema_impl!(DefinitionStage, "DefinitionStage", |g| {
+    let mut s = stage_table(
+        g,
+        &NOT_IN_DEFINITION,
+        "`run` and the settings the definition gives its stages; params, inputs and outputs are declared in their own tables.",
+    );
+    s.insert("required".into(), serde_json::json!(["run"]));
+    s
+});
 
 /// Any TOML value (a param's value or default, a `with` value).
 pub struct AnyValue;
-
-impl JsonSchema for AnyValue {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> Cow<'static, str> {
-        "AnyValue".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({})
-    }
-}
+schema_impl!(inline AnyValue, "AnyValue", json_schema!({}));
 
 /// One value of a matrix key.
 pub struct MatrixValue;
-
-impl JsonSchema for MatrixValue {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> Cow<'static, str> {
-        "MatrixValue".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({ "type": ["string", "number", "boolean"] })
-    }
-}
+schema_impl!(inline MatrixValue, "MatrixValue", json_schema!({ "type": ["string", "number", "boolean"] }));
 
 /// A `[resources]` pool, as `crate::pool_spec::parse` reads it.
 pub struct PoolValue;
-
-impl JsonSchema for PoolValue {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> Cow<'static, str> {
-        "Pool".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "anyOf": [
-                { "type": "integer", "minimum": 1, "description": "units, held within one run" },
-                {
-                    "type": "object",
-                    "properties": {
-                        "units": { "type": "integer", "minimum": 1, "description": "how many units the pool holds" },
-                        "scope": {
-                            "enum": ["run", "host"],
-                            "description": "`run` (default): within one run; `host`: shared by every heddle process on the machine"
-                        }
-                    },
-                    "required": ["units"],
-                    "additionalProperties": false
+schema_impl!(inline PoolValue, "Pool", json_schema!({
+    "anyOf": [
+        { "type": "integer", "minimum": 1, "description": "units, held within one run" },
+        {
+            "type": "object",
+            "properties": {
+                "units": { "type": "integer", "minimum": 1, "description": "how many units the pool holds" },
+                "scope": {
+                    "enum": ["run", "host"],
+                    "description": "`run` (default): within one run; `host`: shared by every heddle process on the machine"
                 }
-            ]
-        })
-    }
-}
+            },
+            "required": ["units"],
+            "additionalProperties": false
+        }
+    ]
+}));
 
 /// A string schema that takes one of `names`.
 fn names(names: &[&str]) -> Schema {
@@ -246,95 +233,56 @@ pub const PULL_NAMES: [&str; 3] = ["never", "missing", "always"];
 /// The values `model::container` reads as a `Transfer`.
 pub const TRANSFER_NAMES: [&str; 3] = ["auto", "bind", "archive"];
 
-macro_rules! name_schema {
-    ($ty:ident, $name:literal, $list:expr) => {
-        pub struct $ty;
-        impl JsonSchema for $ty {
-            fn inline_schema() -> bool {
-                true
-            }
-            fn schema_name() -> Cow<'static, str> {
-                $name.into()
-            }
-            fn json_schema(_: &mut SchemaGenerator) -> Schema {
-                names(&$list)
-            }
+/// A param's `type`.
+pub struct ParamTypeName;
+schema_impl!(inline ParamTypeName, "ParamType", names(&PARAM_TYPE_NAMES));
+/// A container stage's `network`.
+pub struct NetworkName;
+schema_impl!(inline NetworkName, "Network", names(&NETWORK_NAMES));
+/// A container stage's `pull`.
+pub struct PullPolicyName;
+schema_impl!(inline PullPolicyName, "PullPolicy", names(&PULL_NAMES));
+/// A container stage's `transfer`.
+pub struct TransferName;
+schema_impl!(inline TransferName, "Transfer", names(&TRANSFER_NAMES));
+
+schema_impl!(inline RunSpec, "Run", json_schema!({
+    "anyOf": [
+        { "type": "string", "description": "shell form: every template value is shell-quoted" },
+        {
+            "type": "array",
+            "items": { "type": "string" },
+            "minItems": 1,
+            "description": "exec form: the program and its arguments, template values passed raw"
         }
-    };
-}
+    ]
+}));
 
-name_schema!(ParamTypeName, "ParamType", PARAM_TYPE_NAMES);
-name_schema!(NetworkName, "Network", NETWORK_NAMES);
-name_schema!(PullPolicyName, "PullPolicy", PULL_NAMES);
-name_schema!(TransferName, "Transfer", TRANSFER_NAMES);
+schema_impl!(inline InputSpec, "Input", json_schema!({
+    "anyOf": [
+        {
+            "type": "string",
+            "description": "another stage's output: \"stage.output\", \"stage[*].output\" (gather), \"stage[k=v].output\" (select)"
+        },
+        {
+            "type": "object",
+            "properties": {
+                "path": { "type": "string", "description": "a file or folder in the project, relative to its root" }
+            },
+            "required": ["path"],
+            "additionalProperties": false
+        }
+    ]
+}));
 
-impl JsonSchema for RunSpec {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> Cow<'static, str> {
-        "Run".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "anyOf": [
-                { "type": "string", "description": "shell form: every template value is shell-quoted" },
-                {
-                    "type": "array",
-                    "items": { "type": "string" },
-                    "minItems": 1,
-                    "description": "exec form: the program and its arguments, template values passed raw"
-                }
-            ]
-        })
-    }
-}
-
-impl JsonSchema for InputSpec {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> Cow<'static, str> {
-        "Input".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "anyOf": [
-                {
-                    "type": "string",
-                    "description": "another stage's output: \"stage.output\", \"stage[*].output\" (gather), \"stage[k=v].output\" (select)"
-                },
-                {
-                    "type": "object",
-                    "properties": {
-                        "path": { "type": "string", "description": "a file or folder in the project, relative to its root" }
-                    },
-                    "required": ["path"],
-                    "additionalProperties": false
-                }
-            ]
-        })
-    }
-}
-
-impl JsonSchema for GpuSpec {
-    fn inline_schema() -> bool {
-        true
-    }
-    fn schema_name() -> Cow<'static, str> {
-        "Gpus".into()
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "anyOf": [
-                { "enum": ["all", "none"] },
-                { "type": "integer", "minimum": 1, "description": "how many GPUs" },
-                { "type": "array", "items": { "type": "string" }, "description": "device ids" },
-                { "type": "string", "pattern": "\\{\\{", "description": "a template rendering to one of the above" }
-            ]
-        })
-    }
-}
+schema_impl!(inline GpuSpec, "Gpus", json_schema!({
+    "anyOf": [
+        { "enum": ["all", "none"] },
+        { "type": "integer", "minimum": 1, "description": "how many GPUs" },
+        { "type": "array", "items": { "type": "string" }, "description": "device ids" },
+        { "type": "string", "pattern": "\\{\\{", "description": "a template rendering to one of the above" }
+    ]
+}));
 
 #[cfg(test)]
 mod tests {
