@@ -7,6 +7,7 @@ use std::path::Path;
 use crate::{ActionEntry, Digest, OutputEntry, StatCache, Store, TreeEntry};
 
 mod actions;
+mod imports;
 mod maintenance;
 mod processes;
 mod put_serve;
