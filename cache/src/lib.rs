@@ -13,6 +13,8 @@
 //! <root>/families/<id>.keys      append-only index: every key ever recorded per family
 //! <root>/locks/<hex>.lock        per-key locks (holder pid inside); store.lock (presence)
 //! <root>/tmp/                    temp files, renamed into place when complete
+//! <root>/imports/<boot>-*.unsynced  digests of imported blobs not fsynced (locked by their store)
+//! <root>/quarantine/             blobs found not to match their name
 //! <root>/scratch/run-*/          a run's sandboxes, locked while the run lives (scratch.rs)
 //! ```
 //!
@@ -25,6 +27,14 @@
 //! the entry into place). A process killed at any moment leaves at
 //! most temp files, which `verify` removes; a torn or unparsable entry or a missing blob reads
 //! as a miss, never a panic.
+//!
+//! A large blob imported from a remote cache is the exception to "durable before its entry" on
+//! Linux: it was verified as it streamed in and the remote holds it durably, so instead of an
+//! fsync of its bytes (seconds for a GiB) its digest is made durable in the store's imports
+//! journal before it is renamed into place. The first [`Store::open`] after a reboot re-hashes
+//! the blobs the journals of that earlier boot list (about 0.7 s per GiB, once) and quarantines
+//! any torn by the power loss, so the entries naming them read as misses
+//! (`store/imports_journal.rs`).
 //!
 //! ## Why a group commit
 //!
