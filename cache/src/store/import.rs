@@ -88,8 +88,8 @@ impl Store {
             size: 0,
             writeback_from: 0,
             // A journaled import is never fsynced, so starting its writeback early only makes
-            // the disk compete with the download: a 1 GiB hit from moto took 2.28 s with the
-            // hint and 1.92 s without (medians of 3, benches/remote/run.sh's setup).
+            // the disk compete with the download: a 1 GiB hit from moto took 2.16 s with the
+            // hint and 1.96 s without (medians of 5, interleaved, benches/remote/run.sh's setup).
             writeback: !self.journals_imports(),
             expected,
         })

@@ -28,10 +28,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::Store;
-use crate::fsutil::{self, unique_name};
+use crate::fsutil::{self, unique_name, TempPath};
 use crate::{hash_file, CacheError, Digest};
 
 const SUFFIX: &str = ".unsynced";
+/// A journal being created (see [`ImportsJournal::create`]); it never lists a digest.
+const NEW: &str = ".new";
+/// Age after which a `.new` journal is taken for a leftover.
+const NEW_STALE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// This boot's id, read once; `None` where the platform has none (then nothing is journaled).
 pub(crate) fn boot_id() -> Option<String> {
@@ -89,21 +93,28 @@ impl ImportsJournal {
         file.sync_data().map_err(CacheError::io("fsync", &*path))
     }
 
+    /// Create the journal under a name no other store looks at, lock it, then rename it to
+    /// its real name: a store opening meanwhile never finds it unlocked (and takes it for a
+    /// dead owner's).
     fn create(&self) -> Result<(PathBuf, File), CacheError> {
         let boot = self.boot_id.as_deref().unwrap_or("none");
         fsutil::create_dir_all(&self.dir)?;
-        let path = self.dir.join(format!("{boot}-{}{SUFFIX}", unique_name("")));
+        let name = format!("{boot}-{}{SUFFIX}", unique_name(""));
+        let path = self.dir.join(&name);
+        let new = TempPath::new(self.dir.join(format!("{name}{NEW}")));
         let file = OpenOptions::new()
             .append(true)
             .create_new(true)
-            .open(&path)
-            .map_err(CacheError::io("create", &path))?;
+            .open(new.path())
+            .map_err(CacheError::io("create", new.path()))?;
         file.try_lock().map_err(|e| match e {
-            TryLockError::Error(e) => CacheError::io("lock", &path)(e),
-            TryLockError::WouldBlock => CacheError::io("lock", &path)(io::Error::other(
+            TryLockError::Error(e) => CacheError::io("lock", new.path())(e),
+            TryLockError::WouldBlock => CacheError::io("lock", new.path())(io::Error::other(
                 "a journal just created is locked by someone else",
             )),
         })?;
+        fs::rename(new.path(), &path).map_err(CacheError::io("rename into", &path))?;
+        new.keep();
         // The journal's name must survive a power loss too, or the blobs it lists would not be
         // checked. (On ext4 this commit also carries `imports/` itself, made just before.)
         fsutil::fsync_path(&self.dir).map_err(CacheError::io("fsync", &self.dir))?;
@@ -140,10 +151,22 @@ impl Store {
         for entry in names {
             let entry = entry.map_err(CacheError::io("read", dir))?;
             let name = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path();
+            if name.ends_with(NEW) {
+                // Left by a store killed while creating its journal (before any digest). A
+                // young one may be a live store's between its creation and its lock.
+                let stale = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > NEW_STALE));
+                if stale {
+                    let _ = fs::remove_file(&path);
+                }
+                continue;
+            }
             if !name.ends_with(SUFFIX) {
                 continue;
             }
-            let path = entry.path();
             let ours = this_boot.as_deref().is_some_and(|b| name.starts_with(b));
             // Another boot's journal can only be locked by a store recovering it right now:
             // wait for it, so nothing is served before the blobs are checked. Without a boot id

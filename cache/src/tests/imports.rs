@@ -211,3 +211,21 @@ fn verify_and_gc_leave_journals_alone() {
     s.gc(&HashSet::new(), None).unwrap();
     assert_eq!(journals(&root).len(), 1);
 }
+
+#[test]
+fn a_journal_left_half_created_is_removed_once_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    let imports = root.join("imports");
+    fs::create_dir_all(&imports).unwrap();
+    let stale = imports.join(format!("{BOOT}-1-0-0.unsynced.new"));
+    let young = imports.join(format!("{BOOT}-2-0-0.unsynced.new"));
+    fs::write(&stale, b"").unwrap();
+    fs::write(&young, b"").unwrap();
+    let f = fs::File::options().write(true).open(&stale).unwrap();
+    f.set_modified(std::time::SystemTime::now() - Duration::from_secs(600))
+        .unwrap();
+    drop(f);
+    let _s = open_booted(&root, BOOT);
+    assert_eq!(journals(&root), [young]);
+}
