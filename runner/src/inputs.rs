@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 
 use heddle_cache::{Digest, OutputEntry};
+use heddle_schema::VecMap;
 
 use crate::names::path_segment;
 use crate::plan::{member_dir, BoundInput};
@@ -35,14 +36,14 @@ pub struct Member {
 /// What a dependent reads of a finished upstream: how it ended and what it produced.
 pub trait Upstream {
     fn status(&self) -> &StatusRecord;
-    fn outputs(&self) -> &BTreeMap<String, OutputEntry>;
+    fn outputs(&self) -> &VecMap<OutputEntry>;
 }
 
 impl<T: Upstream> Upstream for Box<T> {
     fn status(&self) -> &StatusRecord {
         (**self).status()
     }
-    fn outputs(&self) -> &BTreeMap<String, OutputEntry> {
+    fn outputs(&self) -> &VecMap<OutputEntry> {
         (**self).outputs()
     }
 }
@@ -51,7 +52,7 @@ impl Upstream for InstanceRecord {
     fn status(&self) -> &StatusRecord {
         &self.status
     }
-    fn outputs(&self) -> &BTreeMap<String, OutputEntry> {
+    fn outputs(&self) -> &VecMap<OutputEntry> {
         &self.outputs
     }
 }

@@ -447,7 +447,7 @@ outputs = { a = "a.txt" }
                 parts.digest().to_string(),
                 parts.executor.clone(),
             ));
-            let mut status = StatusRecord::ok(&inst.label, inst.matrix.to_btree());
+            let mut status = StatusRecord::ok(&inst.label, inst.matrix.clone());
             let mut outputs = BTreeMap::new();
             if inst.label == "make[k=2]" {
                 status.status = Status::Failed;
@@ -464,7 +464,10 @@ outputs = { a = "a.txt" }
                     outputs.insert(name.clone(), entry);
                 }
             }
-            done[id] = Some(Up { status, outputs });
+            done[id] = Some(Up {
+                status,
+                outputs: outputs.into(),
+            });
         }
         out
     }
@@ -473,14 +476,14 @@ outputs = { a = "a.txt" }
     #[derive(Clone)]
     struct Up {
         status: StatusRecord,
-        outputs: BTreeMap<String, OutputEntry>,
+        outputs: heddle_schema::VecMap<OutputEntry>,
     }
 
     impl Upstream for Up {
         fn status(&self) -> &StatusRecord {
             &self.status
         }
-        fn outputs(&self) -> &BTreeMap<String, OutputEntry> {
+        fn outputs(&self) -> &heddle_schema::VecMap<OutputEntry> {
             &self.outputs
         }
     }

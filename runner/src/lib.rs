@@ -40,4 +40,3 @@ pub mod spec;
 pub use spec::schema as spec_schema;
 pub mod stage_lib;
 pub mod template;
-pub mod vecmap;

@@ -120,14 +120,14 @@ impl History for CacheHistory<'_> {
 /// How a predicted instance would end, as its dependents' keys see it.
 struct Known {
     status: StatusRecord,
-    outputs: BTreeMap<String, OutputEntry>,
+    outputs: heddle_schema::VecMap<OutputEntry>,
 }
 
 impl Upstream for Known {
     fn status(&self) -> &StatusRecord {
         &self.status
     }
-    fn outputs(&self) -> &BTreeMap<String, OutputEntry> {
+    fn outputs(&self) -> &heddle_schema::VecMap<OutputEntry> {
         &self.outputs
     }
 }
@@ -153,7 +153,10 @@ pub fn preview(
             None => predict(ctx, opts, history, &known, id),
         };
         if keep_parts {
-            row.outputs = k.as_ref().filter(|_| row.cached).map(|k| k.outputs.clone());
+            row.outputs = k
+                .as_ref()
+                .filter(|_| row.cached)
+                .map(|k| k.outputs.to_btree());
         } else {
             row.parts = None;
         }
@@ -224,18 +227,18 @@ fn predict(
         let k = Known {
             // Without its matrix: a preview only feeds statuses to keys, which do not hold it,
             // and a copy per instance adds up in a large preview.
-            status: StatusRecord::ok(&inst.label, BTreeMap::new()),
-            outputs,
+            status: StatusRecord::ok(&inst.label, Default::default()),
+            outputs: outputs.into(),
         };
         let mut row = PlanRow::keyed(&inst.label, true, Reason::Cached, &key, parts);
         row.remote = history.is_remote(&key);
         return (row, Some(k));
     }
     if let Some(mut status) = history.recorded_failure(&inst.label, &key) {
-        status.matrix = inst.matrix.to_btree();
+        status.matrix = inst.matrix.clone();
         let k = Known {
             status,
-            outputs: BTreeMap::new(),
+            outputs: Default::default(),
         };
         return (
             PlanRow::keyed(&inst.label, true, Reason::Cached, &key, parts),

@@ -143,7 +143,6 @@ pub fn civil(secs: i64) -> (i64, u32, u32, u32, u32, u32) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use super::*;
 
@@ -155,7 +154,7 @@ mod tests {
 
     #[test]
     fn error_classes_are_their_bare_names_in_records() {
-        let status = StatusRecord::failed("a", BTreeMap::new(), ErrorClass::Timeout, "t".into());
+        let status = StatusRecord::failed("a", Default::default(), ErrorClass::Timeout, "t".into());
         let text = serde_json::to_string(&status).unwrap();
         assert!(text.contains(r#""error_class":"Timeout""#), "{text}");
         for name in [

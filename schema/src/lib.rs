@@ -15,6 +15,9 @@ pub use heddle_cache::OutputEntry;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod vecmap;
+pub use vecmap::VecMap;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
@@ -45,12 +48,12 @@ pub struct StatusRecord {
     #[serde(default)]
     pub tolerated: bool,
     #[serde(default)]
-    pub matrix: BTreeMap<String, Value>,
+    pub matrix: VecMap<Value>,
 }
 
 impl StatusRecord {
     /// A success: no error, no cause.
-    pub fn ok(label: &str, matrix: BTreeMap<String, Value>) -> StatusRecord {
+    pub fn ok(label: &str, matrix: VecMap<Value>) -> StatusRecord {
         StatusRecord {
             label: label.to_string(),
             status: Status::Ok,
@@ -67,7 +70,7 @@ impl StatusRecord {
     /// A failure of class `class`, described by the one line `error`.
     pub fn failed(
         label: &str,
-        matrix: BTreeMap<String, Value>,
+        matrix: VecMap<Value>,
         class: ErrorClass,
         error: String,
     ) -> StatusRecord {
@@ -82,7 +85,7 @@ impl StatusRecord {
     /// Skipped because `cause` did not succeed (`tolerated`: it was an allowed failure).
     pub fn skipped(
         label: &str,
-        matrix: BTreeMap<String, Value>,
+        matrix: VecMap<Value>,
         cause: Cause,
         tolerated: bool,
     ) -> StatusRecord {
@@ -204,10 +207,10 @@ pub struct InstanceRecord {
     pub start_ms: u64,
     pub end_ms: u64,
     pub attempts: u32,
-    pub inputs: BTreeMap<String, Value>,
-    pub outputs: BTreeMap<String, OutputEntry>,
+    pub inputs: VecMap<Value>,
+    pub outputs: VecMap<OutputEntry>,
     /// Where the outputs were materialised, relative to the project root.
-    pub output_paths: BTreeMap<String, String>,
+    pub output_paths: VecMap<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub env_identity: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -80,7 +80,7 @@ struct LockedView<'a> {
     env: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     image: Option<WithoutNulls<'a>>,
-    outputs: &'a BTreeMap<String, OutputEntry>,
+    outputs: &'a heddle_schema::VecMap<OutputEntry>,
     #[serde(skip_serializing_if = "Option::is_none")]
     key: Option<WithoutNulls<'a>>,
 }
@@ -148,13 +148,16 @@ mod tests {
 
     fn record(label: &str, status: Status) -> InstanceRecord {
         let status_record = match status {
-            Status::Ok => StatusRecord::ok(label, BTreeMap::new()),
-            Status::Failed => {
-                StatusRecord::failed(label, BTreeMap::new(), ErrorClass::ExitCode, "boom".into())
-            }
+            Status::Ok => StatusRecord::ok(label, Default::default()),
+            Status::Failed => StatusRecord::failed(
+                label,
+                Default::default(),
+                ErrorClass::ExitCode,
+                "boom".into(),
+            ),
             Status::Skipped => StatusRecord::skipped(
                 label,
-                BTreeMap::new(),
+                Default::default(),
                 Cause {
                     label: "up".into(),
                     error: Some("ExitCode: exit 3".into()),
@@ -175,7 +178,7 @@ mod tests {
             start_ms: 0,
             end_ms: 1,
             attempts: 1,
-            inputs: BTreeMap::new(),
+            inputs: Default::default(),
             outputs: [(
                 "o".to_string(),
                 OutputEntry::File {
@@ -185,7 +188,7 @@ mod tests {
                 },
             )]
             .into(),
-            output_paths: BTreeMap::new(),
+            output_paths: Default::default(),
             env_identity: Some("env-1".into()),
             image: Some(serde_json::json!({"reference": "busybox", "id": null})),
             command: None,
@@ -242,7 +245,7 @@ mod tests {
                     cause: r.status.cause.as_ref().map(|c| c.label.clone()),
                     env: r.env_identity.clone(),
                     image: r.image.clone().map(strip_nulls),
-                    outputs: r.outputs.clone(),
+                    outputs: r.outputs.to_btree(),
                     key: r
                         .key_parts
                         .as_ref()

@@ -15,7 +15,7 @@ use crate::diag::Diagnostic;
 use crate::model::{InputKind, Pipeline, Selector, Stage};
 use crate::spec::GpuSpec;
 use crate::template::Template;
-use crate::vecmap::VecMap;
+use heddle_schema::VecMap;
 
 impl Builder<'_> {
     /// The instance's inputs, and the instances it depends on (sorted).

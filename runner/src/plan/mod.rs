@@ -24,7 +24,7 @@ use serde_json::Value;
 use crate::diag::Diagnostics;
 use crate::model::{value_text, Pipeline, Stage};
 use crate::template::Rendered;
-use crate::vecmap::VecMap;
+use heddle_schema::VecMap;
 
 mod bind;
 mod build;

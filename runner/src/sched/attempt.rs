@@ -61,7 +61,7 @@ pub(super) async fn attempt_once(
     tracing::debug!(label = %inst.label, ms = t_collect.elapsed().as_secs_f64() * 1e3, "collected");
     match collected {
         Ok((outs, paths)) => {
-            record.output_paths = relative_paths(&sh.ctx.plan.pipeline.root, paths);
+            record.output_paths = relative_paths(&sh.ctx.plan.pipeline.root, paths).into();
             Ok(outs)
         }
         Err(Checked::InputModified(e)) => {

@@ -88,8 +88,8 @@ async fn miss(
                 commit(sh, id, &parts, key, &outputs, &record, key_lock);
             }
             let inst = &sh.ctx.plan.instances[id];
-            record.outputs = outputs;
-            let status = StatusRecord::ok(&inst.label, inst.matrix.to_btree());
+            record.outputs = outputs.into();
+            let status = StatusRecord::ok(&inst.label, inst.matrix.clone());
             conclude(sh, id, record, status)
         }
         Err(mut status) => {
@@ -113,7 +113,7 @@ fn keyed_record(
     let mut record = empty_record(ctx.plan.stage_of(id));
     record.cache_key = Some(key.to_string());
     record.key_parts = serde_json::value::to_raw_value(parts).ok();
-    record.inputs = parts.inputs.clone();
+    record.inputs = parts.inputs.clone().into();
     record.env_identity = parts.env.clone();
     record.image = inst.image.as_ref().map(|r| {
         let identity = ctx.images.get(r);
@@ -157,10 +157,10 @@ fn serve_hit(sh: &Shared, id: usize, mut record: InstanceRecord, hit: Hit) -> In
     let (outputs, paths) = hit;
     record.cached = true;
     record.reason = "cached".into();
-    record.outputs = outputs;
-    record.output_paths = relative_paths(&plan.pipeline.root, paths);
+    record.outputs = outputs.into();
+    record.output_paths = relative_paths(&plan.pipeline.root, paths).into();
     record.end_ms = sh.started.elapsed().as_millis() as u64;
-    let status = StatusRecord::ok(&inst.label, inst.matrix.to_btree());
+    let status = StatusRecord::ok(&inst.label, inst.matrix.clone());
     conclude(sh, id, record, status)
 }
 

@@ -3,8 +3,6 @@
 //! [`conclude`], so its record, the event the display hears and what its dependents read
 //! cannot disagree.
 
-use std::collections::BTreeMap;
-
 use crate::exec::failure::Failure;
 use crate::model::Stage;
 use crate::plan::Instance;
@@ -18,7 +16,7 @@ pub(super) fn empty_record(stage: &Stage) -> InstanceRecord {
         stage: stage.name.clone(),
         report: stage.settings.report,
         deps: Vec::new(),
-        status: StatusRecord::ok("", BTreeMap::new()),
+        status: StatusRecord::ok("", Default::default()),
         cached: false,
         remote: false,
         cache_key: None,
@@ -27,9 +25,9 @@ pub(super) fn empty_record(stage: &Stage) -> InstanceRecord {
         start_ms: 0,
         end_ms: 0,
         attempts: 0,
-        inputs: BTreeMap::new(),
-        outputs: BTreeMap::new(),
-        output_paths: BTreeMap::new(),
+        inputs: Default::default(),
+        outputs: Default::default(),
+        output_paths: Default::default(),
         env_identity: None,
         image: None,
         command: None,
@@ -70,7 +68,7 @@ pub(super) fn skipped(sh: &Shared, id: usize, cause: Cause, tolerated: bool) -> 
     let inst = &sh.ctx.plan.instances[id];
     let mut record = empty_record(sh.ctx.plan.stage_of(id));
     record.reason = format!("skipped: {} did not succeed", cause.label);
-    let status = StatusRecord::skipped(&inst.label, inst.matrix.to_btree(), cause, tolerated);
+    let status = StatusRecord::skipped(&inst.label, inst.matrix.clone(), cause, tolerated);
     conclude(sh, id, record, status)
 }
 
@@ -79,7 +77,7 @@ pub(super) fn internal_failure(sh: &Shared, id: usize, what: &str) -> InstanceRe
     let inst = &sh.ctx.plan.instances[id];
     let status = StatusRecord::failed(
         &inst.label,
-        inst.matrix.to_btree(),
+        inst.matrix.clone(),
         ErrorClass::InternalError,
         format!("InternalError: heddle failed on this instance ({what}); please report it"),
     );
@@ -99,12 +97,7 @@ pub(super) fn interrupted_before_start(inst: &Instance) -> StatusRecord {
     StatusRecord {
         error_class: Some(ErrorClass::Interrupted),
         error: Some("run interrupted before it started".into()),
-        ..StatusRecord::skipped(
-            &inst.label,
-            inst.matrix.to_btree(),
-            interrupt_cause(),
-            false,
-        )
+        ..StatusRecord::skipped(&inst.label, inst.matrix.clone(), interrupt_cause(), false)
     }
 }
 
@@ -113,7 +106,7 @@ pub(super) fn failed(inst: &Instance, f: Failure) -> StatusRecord {
     StatusRecord {
         exit_code: f.exit_code,
         stderr_tail: f.stderr_tail,
-        ..StatusRecord::failed(&inst.label, inst.matrix.to_btree(), f.class, f.error)
+        ..StatusRecord::failed(&inst.label, inst.matrix.clone(), f.class, f.error)
     }
 }
 
@@ -130,7 +123,7 @@ pub(super) fn cancelled(inst: &Instance, f: Failure) -> StatusRecord {
 pub(super) fn heddle_error(inst: &Instance, error: String) -> StatusRecord {
     StatusRecord::failed(
         &inst.label,
-        inst.matrix.to_btree(),
+        inst.matrix.clone(),
         ErrorClass::HeddleError,
         error,
     )
