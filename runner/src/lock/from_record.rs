@@ -12,19 +12,36 @@ use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
-use super::{write_text, LockError, LockFile, LOCK_VERSION};
+use super::sink::LockSink;
+use super::{LockError, LockFile, LOCK_VERSION};
 use crate::record::{InstanceRecord, RunRecord};
 
 /// Write the lock of finished run `rec` to `path` (atomically, and only when its bytes
-/// change); returns the sha256 of the lock's bytes.
+/// change), streamed an instance at a time; returns the sha256 of the lock's bytes.
 pub fn write_from_record(rec: &RunRecord, path: &Path) -> Result<Digest, LockError> {
-    write_text(path, &to_toml(rec)?)
+    let mut sink = LockSink::new(path);
+    print_toml(rec, |piece| sink.push(piece))?;
+    sink.finish()
 }
 
 /// The lock text of run `rec`: what [`LockFile::to_toml`] gives for the same instances.
-/// Printed an instance at a time: `toml` builds a document tree of what it prints, and a tree of
-/// the whole lock was the largest allocation of a no-op run of a large matrix.
-pub fn to_toml(rec: &RunRecord) -> Result<String, LockError> {
+#[cfg(test)]
+fn to_toml(rec: &RunRecord) -> Result<String, LockError> {
+    let mut text = String::new();
+    print_toml(rec, |piece| {
+        text.push_str(piece);
+        Ok(())
+    })?;
+    Ok(text)
+}
+
+/// Hand the lock text of run `rec` to `emit` in pieces. Printed an instance at a time: `toml`
+/// builds a document tree of what it prints, and a tree of the whole lock was the largest
+/// allocation of a no-op run of a large matrix.
+fn print_toml(
+    rec: &RunRecord,
+    mut emit: impl FnMut(&str) -> Result<(), LockError>,
+) -> Result<(), LockError> {
     let head = LockHead {
         version: LOCK_VERSION,
         pipeline: &rec.pipeline,
@@ -32,21 +49,24 @@ pub fn to_toml(rec: &RunRecord) -> Result<String, LockError> {
         // A lock without instances says `instance = []`, as the whole document does.
         no_instances: rec.instances.is_empty().then_some([]),
     };
-    let mut text = LockFile::render(&head)?;
+    let head = LockFile::render(&head)?;
+    emit(&head)?;
+    let mut ends_blank = head.ends_with("\n\n");
     for (label, r) in &rec.instances {
         let one = OneInstance {
             instance: [LockedView::of(label, r)],
         };
-        let part = toml::to_string_pretty(&one).map_err(|e| LockError::Encode {
+        let mut part = toml::to_string_pretty(&one).map_err(|e| LockError::Encode {
             message: e.to_string(),
         })?;
         // Tables are separated by one empty line, as in a document printed whole.
-        if !text.ends_with("\n\n") {
-            text.push('\n');
+        if !ends_blank {
+            part.insert(0, '\n');
         }
-        text.push_str(&part);
+        ends_blank = part.ends_with("\n\n");
+        emit(&part)?;
     }
-    Ok(text)
+    Ok(())
 }
 
 /// The lock's fields before its instances.

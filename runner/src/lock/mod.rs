@@ -14,8 +14,10 @@ use crate::key::{KeyParts, Reason};
 use crate::plan::Plan;
 use crate::preview::{History, PlanRow};
 use crate::record::{Cause, ErrorClass, Status, StatusRecord};
+use sink::LockSink;
 
 mod from_record;
+mod sink;
 pub use from_record::write_from_record;
 
 /// Bump when the layout changes. v1: first format.
@@ -71,44 +73,12 @@ pub enum LockError {
     },
 }
 
-/// Whether the file at `path` holds exactly `bytes`, read in pieces: the lock of a large
-/// matrix is tens of megabytes, and a copy of it in memory only to compare was fresh pages the
-/// kernel had to zero.
-fn same_bytes(path: &Path, bytes: &[u8]) -> bool {
-    use std::io::Read;
-    let Ok(mut f) = std::fs::File::open(path) else {
-        return false;
-    };
-    if f.metadata().map(|m| m.len()).ok() != Some(bytes.len() as u64) {
-        return false;
-    }
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut rest = bytes;
-    loop {
-        match f.read(&mut buf) {
-            Ok(0) => return rest.is_empty(),
-            Ok(n) if n <= rest.len() && buf[..n] == rest[..n] => rest = &rest[n..],
-            Ok(_) => return false,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return false,
-        }
-    }
-}
-
 /// Write lock text `text` to `path` atomically; returns the sha256 of the text. A no-op run
 /// produces the same lock: the file (and its mtime) is then left alone.
 fn write_text(path: &Path, text: &str) -> Result<Digest, LockError> {
-    let tmp = path.with_extension("lock.tmp");
-    let err = |source| LockError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    if same_bytes(path, text.as_bytes()) {
-        return Ok(Digest::of_bytes(text.as_bytes()));
-    }
-    std::fs::write(&tmp, text).map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(err)?;
-    Ok(Digest::of_bytes(text.as_bytes()))
+    let mut sink = LockSink::new(path);
+    sink.push(text)?;
+    sink.finish()
 }
 
 /// How a lock file spells status `s`.
@@ -422,9 +392,9 @@ mod tests {
         };
         let text = lock.to_toml().unwrap();
         assert!(text.len() > 2 * 256 * 1024, "{}", text.len());
-        assert!(!same_bytes(&path, text.as_bytes()), "no file yet");
+        let on_disk = |p: &Path| std::fs::read_to_string(p).unwrap();
         lock.write(&path).unwrap();
-        assert!(same_bytes(&path, text.as_bytes()));
+        assert_eq!(on_disk(&path), text);
         let stamp = |p: &Path| std::fs::metadata(p).unwrap().modified().unwrap();
         let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
         std::fs::File::options()
@@ -439,10 +409,9 @@ mod tests {
         lock.instances[1999].cache_key = key_of(5000).to_string();
         let changed = lock.to_toml().unwrap();
         assert_eq!(changed.len(), text.len());
-        assert!(!same_bytes(&path, changed.as_bytes()));
+        assert_ne!(on_disk(&path), changed);
         lock.write(&path).unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), changed);
-        assert!(!same_bytes(&path, &changed.as_bytes()[..changed.len() - 1]));
+        assert_eq!(on_disk(&path), changed);
     }
 
     /// A hand-edited lock that names a label twice answers with the first, as the scan did.
