@@ -23,6 +23,15 @@
 //!   that held the blob at the time fails the same way, so a sibling that read the edited
 //!   bytes never stores a result under the key of the true ones.
 //!
+//! # Quarantine
+//!
+//! A blob found wrong (here, when served, or torn by a power loss in an import:
+//! `store/imports_journal.rs`) is renamed into `<root>/quarantine/<digest>-<unique>`, out of
+//! the store, so an entry naming it reads as a miss. The file is kept as evidence:
+//! `heddle cache verify` prints how many files and bytes are there (the report lists each
+//! file) and leaves them; `heddle cache gc` removes them all, or, while another process has
+//! the store open, those quarantined over an hour ago.
+//!
 //! Container stages get their inputs through read-only bind mounts and cannot write them.
 
 use std::collections::HashSet;
@@ -55,11 +64,17 @@ impl Store {
         self.verified.insert(*d);
     }
 
+    /// Where blobs found not to match their name are kept until `gc`.
+    pub(crate) fn quarantine_dir(&self) -> PathBuf {
+        self.root.join("quarantine")
+    }
+
     /// Move a blob that does not match its name out of the store, into `quarantine/`, where
-    /// `heddle cache verify` reports it and `gc` removes it. Returns where it went.
+    /// `verify` lists it (count, bytes, files) and leaves it, and `gc` removes it (with other
+    /// processes on the store, once it has been there an hour). Returns where it went.
     pub(crate) fn quarantine(&self, d: &Digest) -> io::Result<PathBuf> {
         self.verified.remove(d);
-        let dir = self.root.join("quarantine");
+        let dir = self.quarantine_dir();
         fs::create_dir_all(&dir)?;
         let to = dir.join(unique_name(&format!("{d}-")));
         fs::rename(self.blob_path(d), &to)?;
@@ -121,7 +136,7 @@ impl Store {
             // Quarantined by a stage beside this one that saw the same write: this stage may
             // have read the edited bytes too.
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(modified(self.root.join("quarantine")))
+                return Err(modified(self.quarantine_dir()))
             }
             Err(e) => return Err(CacheError::io("stat", &p)(e)),
         };

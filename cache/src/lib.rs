@@ -14,7 +14,7 @@
 //! <root>/locks/<hex>.lock        per-key locks (holder pid inside); store.lock (presence)
 //! <root>/tmp/                    temp files, renamed into place when complete
 //! <root>/imports/<boot>-*.unsynced  digests of imported blobs not fsynced (locked by their store)
-//! <root>/quarantine/             blobs found not to match their name
+//! <root>/quarantine/             blobs found not to match their name: `verify` reports, `gc` removes
 //! <root>/scratch/run-*/          a run's sandboxes, locked while the run lives (scratch.rs)
 //! ```
 //!
@@ -57,10 +57,11 @@
 //! (2000-01-01T00:00:00Z) when it enters the store: a write through any link moves the mtime to
 //! "now", while link, unlink and chmod leave it alone. Before a blob is served (materialise, or
 //! checking a hit in `lookup_action`) its mtime and size are compared (one stat); a blob whose
-//! stat moved is re-hashed, and if it no longer matches its digest it is removed and the
-//! caller sees a miss (`lookup_action`) or [`CacheError::CorruptBlob`] (`materialize`), so the
-//! action reruns. The sentinel is a per-blob record that needs no side file and survives any
-//! number of processes; its cost is that hard-linked outputs show that old mtime.
+//! stat moved is re-hashed, and if it no longer matches its digest it is moved to
+//! `quarantine/` (integrity.rs) and the caller sees a miss (`lookup_action`) or
+//! [`CacheError::CorruptBlob`] (`materialize`), so the action reruns. The sentinel is a
+//! per-blob record that needs no side file and survives any number of processes; its cost is
+//! that hard-linked outputs show that old mtime.
 //!
 //! [`StatCache`] records compare (dev, inode, size, mtime, ctime), except that a file carrying
 //! the sentinel mtime (a hard link to a blob) is not invalidated by a ctime change alone:

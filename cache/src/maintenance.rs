@@ -39,6 +39,13 @@ pub struct VerifyReport {
     pub tmp_removed: Vec<PathBuf>,
     /// Keys added back to a family index that had lost them.
     pub family_keys_restored: u64,
+    /// Files in `quarantine/`, sorted: blobs moved out of the store because they did not match
+    /// their digest (a stage wrote through a hard-linked input, rot, a torn import). Not a
+    /// fault of the store (nothing serves them) and kept as evidence: `verify` leaves them,
+    /// `gc` removes them.
+    pub quarantined: Vec<PathBuf>,
+    /// Their total size.
+    pub quarantined_bytes: u64,
 }
 
 impl VerifyReport {
@@ -75,6 +82,13 @@ pub struct GcReport {
     pub blobs_spared: u64,
     /// Scratch folders of dead runs removed (their sandboxes; see `scratch.rs`).
     pub stale_scratch_removed: u64,
+    /// Files removed from `quarantine/` (not counted in `blobs_removed`).
+    pub quarantine_removed: u64,
+    /// Their bytes (not counted in `bytes_freed`).
+    pub quarantine_bytes_freed: u64,
+    /// Quarantined files kept because they were too recent while others use the store (the
+    /// process that quarantined one may just have named it in an error).
+    pub quarantine_spared: u64,
 }
 
 /// An action entry file and its parse result (the reason when it is bad).
@@ -164,11 +178,24 @@ impl Store {
         Ok(out)
     }
 
+    /// Every file in `quarantine/` with its metadata (one removed meanwhile is skipped).
+    fn list_quarantine(&self) -> Result<Vec<(PathBuf, fs::Metadata)>, CacheError> {
+        Ok(read_dir_sorted(&self.quarantine_dir())?
+            .into_iter()
+            .filter_map(|p| fs::symlink_metadata(&p).ok().map(|m| (p, m)))
+            .collect())
+    }
+
     /// Re-hash every blob and check every action entry. Everything bad is reported and
-    /// removed, so it becomes a miss; leftover temp files are removed. A store that only ever
-    /// saw killed processes (no power loss) verifies clean.
+    /// removed, so it becomes a miss; leftover temp files are removed. What is in
+    /// `quarantine/` is reported and left for `gc`. A store that only ever saw killed
+    /// processes (no power loss) verifies clean.
     pub fn verify(&self) -> Result<VerifyReport, CacheError> {
         let mut report = VerifyReport::default();
+        for (p, meta) in self.list_quarantine()? {
+            report.quarantined_bytes += meta.len();
+            report.quarantined.push(p);
+        }
         self.verify_tmp(&mut report)?;
         let mut good = self.verify_blobs(&mut report)?;
         let trees = self.verify_trees(&mut good, &mut report)?;
@@ -367,7 +394,9 @@ impl Store {
     /// Keep every action in `keep`; evict the others cheapest-to-recompute-per-byte first
     /// (`duration_ms / output bytes` ascending) until the blobs still referenced fit in
     /// `max_bytes` (`None`: evict all not kept); then remove every blob no remaining action
-    /// references. Unparsable entries are removed too.
+    /// references. Unparsable entries are removed too, and so is everything in `quarantine/`.
+    /// Without exclusive use of the store, unreferenced blobs and quarantined files younger
+    /// than an hour are spared.
     pub fn gc(
         &self,
         keep: &HashSet<Digest>,
@@ -387,6 +416,7 @@ impl Store {
                 .removed,
             ..GcReport::default()
         };
+        self.gc_quarantine(exclusive, &mut report)?;
         let blobs = self.list_blobs(&mut |_| {})?;
         let sizes: HashMap<Digest, u64> = blobs.iter().map(|(d, _, m)| (*d, m.len())).collect();
         let actions = self.gc_actions()?;
@@ -423,6 +453,22 @@ impl Store {
             }
         }
         Ok(report)
+    }
+
+    /// Remove what is in `quarantine/`: all of it with the store to ourselves, else what was
+    /// quarantined over an hour ago (a rename sets the ctime `age` reads).
+    fn gc_quarantine(&self, exclusive: bool, report: &mut GcReport) -> Result<(), CacheError> {
+        for (p, meta) in self.list_quarantine()? {
+            if !exclusive && age(&meta) < GRACE {
+                report.quarantine_spared += 1;
+                continue;
+            }
+            if remove_any(&p).is_ok() {
+                report.quarantine_removed += 1;
+                report.quarantine_bytes_freed += meta.len();
+            }
+        }
+        Ok(())
     }
 
     /// Every action that parses, with the blobs it references; the others are removed.

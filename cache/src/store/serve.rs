@@ -17,7 +17,7 @@ use crate::{hash_file, CacheError, Digest, OutputEntry, StatCache};
 impl Store {
     /// Check a blob before serving it. A blob whose mtime is still the sentinel (and whose size
     /// matches when known) is trusted; otherwise it is re-hashed, and a blob that no longer
-    /// matches its name is removed so that it becomes a miss.
+    /// matches its name is quarantined (removed if that fails) so that it becomes a miss.
     pub(crate) fn blob_state(
         &self,
         d: &Digest,

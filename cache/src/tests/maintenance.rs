@@ -62,3 +62,83 @@ fn gc_keeps_keep_and_evicts_cheapest_per_byte_first() {
     );
     assert_eq!(du.families["f"].actions, 1);
 }
+
+/// Quarantine a stored blob the way a stage does that appends to its hard-linked input: the
+/// write goes to the blob's inode, `check_fed` sees it and moves the blob to `quarantine/`.
+/// Returns the quarantined file and its size.
+fn write_through_input(s: &Store, out: &OutputEntry) -> (std::path::PathBuf, u64) {
+    use std::io::Write;
+    let blob = s.blob_path(&out.digest());
+    let mut perms = fs::metadata(&blob).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    fs::set_permissions(&blob, perms).unwrap();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&blob)
+        .unwrap()
+        .write_all(b"bad\n")
+        .unwrap();
+    let quarantined = match s.check_fed(out) {
+        Err(crate::CacheError::InputModified { quarantined, .. }) => quarantined,
+        other => panic!("expected InputModified, got {other:?}"),
+    };
+    assert!(!s.has_blob(&out.digest()));
+    let len = fs::metadata(&quarantined).unwrap().len();
+    (quarantined, len)
+}
+
+#[test]
+fn verify_reports_quarantined_blobs_and_leaves_them_gc_removes_them() {
+    let (dir, s) = store();
+    let a = put_file(&s, dir.path(), "a", big(100_000, 7));
+    let b = put_file(&s, dir.path(), "b", b"small input\n");
+    let (qa, la) = write_through_input(&s, &a);
+    let (qb, lb) = write_through_input(&s, &b);
+    assert_eq!((la, lb), (100_004, 16));
+    let mut expected = vec![qa, qb];
+    expected.sort();
+
+    // Reported, not a fault of the store, and still there afterwards (evidence).
+    for _ in 0..2 {
+        let r = s.verify().unwrap();
+        assert!(r.is_clean(), "{r:?}");
+        assert_eq!(r.quarantined, expected);
+        assert_eq!(r.quarantined_bytes, la + lb);
+    }
+
+    // The only open store: gc removes all of it, counted apart from the blobs it sweeps.
+    let r = s.gc(&HashSet::new(), None).unwrap();
+    assert_eq!(
+        (
+            r.quarantine_removed,
+            r.quarantine_bytes_freed,
+            r.quarantine_spared
+        ),
+        (2, la + lb, 0)
+    );
+    assert_eq!((r.blobs_removed, r.bytes_freed), (0, 0));
+    assert!(expected.iter().all(|p| !p.exists()));
+    let v = s.verify().unwrap();
+    assert!(
+        v.quarantined.is_empty() && v.quarantined_bytes == 0,
+        "{v:?}"
+    );
+}
+
+#[test]
+fn gc_spares_a_fresh_quarantine_while_another_store_is_open() {
+    let (dir, s) = store();
+    let a = put_file(&s, dir.path(), "a", b"input\n");
+    let (q, len) = write_through_input(&s, &a);
+    // Another holder of the store (its own presence lock) may just have named `q` in an error.
+    let other = Store::open(s.root()).unwrap();
+    let r = s.gc(&HashSet::new(), None).unwrap();
+    assert_eq!((r.quarantine_removed, r.quarantine_spared), (0, 1));
+    assert!(q.exists());
+    assert_eq!(s.verify().unwrap().quarantined_bytes, len);
+    drop(other);
+    let r = s.gc(&HashSet::new(), None).unwrap();
+    assert_eq!((r.quarantine_removed, r.quarantine_bytes_freed), (1, len));
+    assert!(!q.exists());
+}
