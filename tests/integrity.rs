@@ -13,7 +13,7 @@ use std::process::Stdio;
 use support::fill;
 use support::records::error;
 use support::tmpfs::Tmpfs;
-use support::{assert_contains, instance, Project};
+use support::{assert_contains, assert_lacks, instance, Project};
 
 #[cfg(unix)]
 #[test]
@@ -25,8 +25,17 @@ fn a_stage_writing_its_input_fails_and_poisons_nothing() {
     let vandal = instance(&rec, "vandal");
     assert_eq!(vandal["status"]["error_class"], "InputModified");
     assert_contains(error(vandal), "input `x` was modified while the stage ran");
-    // The store lost the edited blob; the upstream output is recomputed, never served edited.
-    p.heddle(&["cache", "verify"]).ok();
+    // The store lost the edited blob ("good\nbad\n") to quarantine: verify says so, in one
+    // line, and leaves it there; the upstream output is recomputed, never served edited.
+    let v = p.heddle(&["cache", "verify"]).ok();
+    assert_contains(
+        &v.stdout,
+        "quarantine: 1 blob (9 B) that did not match their digest, kept in ",
+    );
+    assert_contains(
+        &v.stdout,
+        "; `heddle cache gc` removes them\ncache is clean\n",
+    );
     p.file(
         "p.toml",
         &p.read("p.toml")
@@ -36,6 +45,14 @@ fn a_stage_writing_its_input_fails_and_poisons_nothing() {
     assert_eq!(p.read("out/poison/make/o.txt"), "good\n");
     assert_eq!(p.read("out/poison/vandal/o.txt"), "good\n");
     assert_eq!(p.read("out/poison/reader/o.txt"), "good\n");
+    // gc empties the quarantine, and verify has nothing more to say about it.
+    let g = p.heddle(&["cache", "gc"]).ok();
+    assert_contains(
+        &g.stdout,
+        "quarantine: removed 1 blob (9 B) that did not match their digest",
+    );
+    let v = p.heddle(&["cache", "verify"]).ok();
+    assert_lacks(&v.stdout, "quarantine");
 }
 
 #[cfg(unix)]

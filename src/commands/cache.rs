@@ -1,5 +1,6 @@
 //! `heddle cache du | gc | verify`: the store's space per stage, eviction of what recent runs
-//! and lock files do not reference, and a re-hash of every blob.
+//! and lock files do not reference (and of quarantined blobs), and a re-hash of every blob
+//! (with a line on what is in quarantine).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -17,7 +18,7 @@ use crate::session::Session;
 pub enum CacheCmd {
     /// Space used, per pipeline stage.
     Du,
-    /// Evict what recent runs do not reference, cheapest to recompute per byte first.
+    /// Evict what recent runs do not reference, cheapest to recompute per byte first; remove quarantined blobs.
     Gc {
         /// Evict until the store is at most this size (e.g. 20G); default: evict everything unreferenced.
         #[arg(long)]
@@ -26,7 +27,7 @@ pub enum CacheCmd {
         #[arg(long, default_value_t = 10)]
         keep_runs: usize,
     },
-    /// Re-hash every blob and report every bad entry.
+    /// Re-hash every blob and report every bad entry, and the blobs in quarantine.
     Verify,
     /// Upload to the shared cache what a run (default: the last) or a lock file references.
     Push {
@@ -85,6 +86,14 @@ fn verify(store: &Store) -> Result<i32, Error> {
     for b in &r.bad {
         println!("BAD {b:?}");
     }
+    if !r.quarantined.is_empty() {
+        println!(
+            "quarantine: {} ({}) that did not match their digest, kept in {} for inspection; `heddle cache gc` removes them",
+            blobs(r.quarantined.len() as u64),
+            human(r.quarantined_bytes),
+            store.root().join("quarantine").display()
+        );
+    }
     if r.is_clean() {
         println!("cache is clean");
         Ok(EXIT_OK)
@@ -127,7 +136,25 @@ fn gc(s: &Session, store: &Store, max_size: Option<&str>, keep_runs: usize) -> R
         human(r.bytes_freed),
         human(r.bytes_remaining)
     );
+    if r.quarantine_removed > 0 {
+        println!(
+            "quarantine: removed {} ({}) that did not match their digest",
+            blobs(r.quarantine_removed),
+            human(r.quarantine_bytes_freed)
+        );
+    }
+    if r.quarantine_spared > 0 {
+        println!(
+            "quarantine: kept {} quarantined within the last hour, while another heddle uses the cache; a later `heddle cache gc` removes them",
+            blobs(r.quarantine_spared)
+        );
+    }
     Ok(EXIT_OK)
+}
+
+/// `1 blob`, `2 blobs`.
+fn blobs(n: u64) -> String {
+    format!("{n} blob{}", if n == 1 { "" } else { "s" })
 }
 
 /// Cache keys named by the lock files `<root>/pipelines/*.lock`, read with the lock reader.
