@@ -52,21 +52,37 @@ fn print_toml(
     let head = LockFile::render(&head)?;
     emit(&head)?;
     let mut ends_blank = head.ends_with("\n\n");
-    for (label, r) in &rec.instances {
+    super::parallel::print_in_order(
+        rec.instances.len(),
+        |range| print_instances(&rec.instances[range]),
+        |chunk| {
+            // Tables are separated by one empty line, as in a document printed whole.
+            if !ends_blank {
+                emit("\n")?;
+            }
+            ends_blank = chunk.ends_with("\n\n");
+            emit(&chunk)
+        },
+    )
+}
+
+/// The `[[instance]]` tables of `instances`, each but the first preceded by the empty line a
+/// whole document has between tables.
+fn print_instances(instances: &[(String, InstanceRecord)]) -> Result<String, LockError> {
+    let mut text = String::new();
+    for (label, r) in instances {
         let one = OneInstance {
             instance: [LockedView::of(label, r)],
         };
-        let mut part = toml::to_string_pretty(&one).map_err(|e| LockError::Encode {
+        let part = toml::to_string_pretty(&one).map_err(|e| LockError::Encode {
             message: e.to_string(),
         })?;
-        // Tables are separated by one empty line, as in a document printed whole.
-        if !ends_blank {
-            part.insert(0, '\n');
+        if !text.is_empty() && !text.ends_with("\n\n") {
+            text.push('\n');
         }
-        ends_blank = part.ends_with("\n\n");
-        emit(&part)?;
+        text.push_str(&part);
     }
-    Ok(())
+    Ok(text)
 }
 
 /// The lock's fields before its instances.
@@ -239,11 +255,15 @@ mod tests {
             host: "h".into(),
             params: [("seed".to_string(), Value::from(3))].into(),
             jobs: 1,
-            instances: vec![
-                ("m[i=0]".into(), record("m[i=0]", Status::Ok)),
-                ("m[i=1]".into(), record("m[i=1]", Status::Failed)),
-                ("m[i=2]".into(), record("m[i=2]", Status::Skipped)),
-            ],
+            // Enough instances to be printed in several chunks, on several threads.
+            instances: (0..1500)
+                .map(|i| {
+                    let label = format!("m[i={i}]");
+                    let status = [Status::Ok, Status::Failed, Status::Skipped][i % 3];
+                    let r = record(&label, status);
+                    (label, r)
+                })
+                .collect(),
         };
         let owned = LockFile {
             version: LOCK_VERSION,

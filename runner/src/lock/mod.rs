@@ -17,6 +17,7 @@ use crate::record::{Cause, ErrorClass, Status, StatusRecord};
 use sink::LockSink;
 
 mod from_record;
+mod parallel;
 mod sink;
 pub use from_record::write_from_record;
 
