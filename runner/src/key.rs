@@ -93,11 +93,21 @@ impl KeyParts {
     }
 
     pub fn digest(&self) -> Digest {
-        let mut bytes = Vec::with_capacity(1024);
-        bytes.extend_from_slice(KEY_VERSION.as_bytes());
-        bytes.push(0);
-        serde_json::to_writer(&mut bytes, self).expect("key parts serialise");
-        Digest::of_bytes(&bytes)
+        self.digest_and_text().0
+    }
+
+    /// The key and the JSON text it is the hash of (`KEY_VERSION`, a NUL, then this text),
+    /// serialised once for both: a run keeps the text in each instance's record, and a second
+    /// serialisation per instance was a visible share of a no-op run of a large matrix.
+    pub fn digest_and_text(&self) -> (Digest, Box<serde_json::value::RawValue>) {
+        use sha2::Digest as _;
+        let text = serde_json::to_string(self).expect("key parts serialise");
+        let mut hasher = sha2::Sha256::new();
+        hasher.update(KEY_VERSION.as_bytes());
+        hasher.update([0]);
+        hasher.update(text.as_bytes());
+        let raw = serde_json::value::RawValue::from_string(text).expect("serde_json wrote JSON");
+        (Digest::from_bytes(hasher.finalize().into()), raw)
     }
 }
 

@@ -31,9 +31,9 @@ pub(super) async fn process(
     let stage = sh.ctx.plan.stage_of(id);
     let t0 = sh.started.elapsed();
     let parts = KeyParts::for_instance(&sh.ctx, id, &inputs);
-    let key = parts.digest();
+    let (key, key_text) = parts.digest_and_text();
     let cacheable = sh.opts.may_use_cache(stage);
-    let mut record = keyed_record(sh, id, &parts, &key, t0);
+    let mut record = keyed_record(sh, id, &parts, &key, key_text, t0);
     if cacheable {
         if let Some(hit) = find_hit(sh, id, &key) {
             return serve_hit(sh, id, record, hit);
@@ -106,14 +106,19 @@ fn keyed_record(
     id: usize,
     parts: &KeyParts,
     key: &Digest,
+    key_text: Box<serde_json::value::RawValue>,
     t0: Duration,
 ) -> InstanceRecord {
     let ctx = &sh.ctx;
     let inst = &ctx.plan.instances[id];
     let mut record = empty_record(ctx.plan.stage_of(id));
     record.cache_key = Some(key.to_string());
-    record.key_parts = serde_json::value::to_raw_value(parts).ok();
-    record.inputs = parts.inputs.clone().into();
+    record.key_parts = Some(key_text);
+    record.inputs = parts
+        .inputs
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     record.env_identity = parts.env.clone();
     record.image = inst.image.as_ref().map(|r| {
         let identity = ctx.images.get(r);
