@@ -68,7 +68,7 @@ pub async fn run(s: &Session, a: &RunArgs) -> Result<i32, Error> {
     }
     if rec.status == RunStatus::Completed {
         let path = lock::lock_path(&plan.pipeline.file);
-        match lock::write_from_record(&rec, &path) {
+        match lock::write_from_record(&rec, &path, &lock::stamps_dir(&plan.pipeline.root)) {
             Ok(_) => eprintln!("lock: {}", display_rel(&path)),
             Err(e) => eprintln!("warning: {e}"),
         }

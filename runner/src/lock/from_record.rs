@@ -13,15 +13,26 @@ use serde::{Serialize, Serializer};
 use serde_json::Value;
 
 use super::sink::LockSink;
+use super::stamp::Stamp;
 use super::{LockError, LockFile, LOCK_VERSION};
 use crate::record::{InstanceRecord, RunRecord};
 
 /// Write the lock of finished run `rec` to `path` (atomically, and only when its bytes
-/// change), streamed an instance at a time; returns the sha256 of the lock's bytes.
-pub fn write_from_record(rec: &RunRecord, path: &Path) -> Result<Digest, LockError> {
+/// change), streamed an instance at a time; returns the sha256 of the lock's bytes. A lock
+/// that the stamp under `stamps` shows would come out the same is not printed at all
+/// ([`super::stamp`]).
+pub fn write_from_record(rec: &RunRecord, path: &Path, stamps: &Path) -> Result<Digest, LockError> {
+    let stamp = Stamp::of(rec, path, stamps);
+    if let Some(bytes) = stamp.as_ref().and_then(|s| s.unchanged(path)) {
+        return Ok(bytes);
+    }
     let mut sink = LockSink::new(path);
     print_toml(rec, |piece| sink.push(piece))?;
-    sink.finish()
+    let bytes = sink.finish()?;
+    if let Some(stamp) = stamp {
+        stamp.save(&bytes);
+    }
+    Ok(bytes)
 }
 
 /// The lock text of run `rec`: what [`LockFile::to_toml`] gives for the same instances.
@@ -240,11 +251,8 @@ mod tests {
         }
     }
 
-    /// The lock a run writes is exactly what the owned lock file prints for the same run:
-    /// nulls dropped at every depth, a skipped instance's cause and error, a failure's error.
-    #[test]
-    fn the_borrowed_lock_prints_what_the_owned_lock_prints() {
-        let rec = RunRecord {
+    fn run_of(instances: Vec<(String, InstanceRecord)>) -> RunRecord {
+        RunRecord {
             run_id: "r".into(),
             pipeline: "p".into(),
             pipeline_file: "p.toml".into(),
@@ -255,8 +263,17 @@ mod tests {
             host: "h".into(),
             params: [("seed".to_string(), Value::from(3))].into(),
             jobs: 1,
-            // Enough instances to be printed in several chunks, on several threads.
-            instances: (0..1500)
+            instances,
+        }
+    }
+
+    /// The lock a run writes is exactly what the owned lock file prints for the same run:
+    /// nulls dropped at every depth, a skipped instance's cause and error, a failure's error.
+    #[test]
+    fn the_borrowed_lock_prints_what_the_owned_lock_prints() {
+        // Enough instances to be printed in several chunks, on several threads.
+        let rec = run_of(
+            (0..1500)
                 .map(|i| {
                     let label = format!("m[i={i}]");
                     let status = [Status::Ok, Status::Failed, Status::Skipped][i % 3];
@@ -264,7 +281,7 @@ mod tests {
                     (label, r)
                 })
                 .collect(),
-        };
+        );
         let owned = LockFile {
             version: LOCK_VERSION,
             pipeline: rec.pipeline.clone(),
@@ -313,5 +330,40 @@ mod tests {
         bare.instances.clear();
         bare_owned.instances.clear();
         assert_eq!(to_toml(&bare).unwrap(), bare_owned.to_toml().unwrap());
+    }
+
+    #[test]
+    fn an_unchanged_lock_is_not_printed_again_but_an_edited_one_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, stamps) = (dir.path().join("p.lock"), dir.path().join("stamps"));
+        let mut rec = run_of(vec![("m[i=0]".into(), record("m[i=0]", Status::Ok))]);
+        let first = write_from_record(&rec, &path, &stamps).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, to_toml(&rec).unwrap());
+        let stamp = Stamp::of(&rec, &path, &stamps).unwrap();
+        assert_eq!(
+            stamp.unchanged(&path),
+            Some(first),
+            "stamped after the write"
+        );
+
+        // A hand edit keeps the fingerprint but not the bytes: printed again, edit undone.
+        std::fs::write(&path, text.replace("m[i=0]", "m[i=9]")).unwrap();
+        assert_eq!(stamp.unchanged(&path), None);
+        assert_eq!(write_from_record(&rec, &path, &stamps).unwrap(), first);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+
+        // A changed record changes the fingerprint: printed again.
+        rec.instances[0].1.cache_key = Some("b".repeat(64));
+        assert_eq!(
+            Stamp::of(&rec, &path, &stamps).unwrap().unchanged(&path),
+            None
+        );
+        let second = write_from_record(&rec, &path, &stamps).unwrap();
+        assert_ne!(second, first);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            to_toml(&rec).unwrap()
+        );
     }
 }

@@ -19,6 +19,7 @@ use sink::LockSink;
 mod from_record;
 mod parallel;
 mod sink;
+mod stamp;
 pub use from_record::write_from_record;
 
 /// Bump when the layout changes. v1: first format.
@@ -89,6 +90,11 @@ fn status_word(s: Status) -> &'static str {
         Status::Failed => "failed",
         Status::Skipped => "skipped",
     }
+}
+
+/// Where a project keeps its lock stamps ([`stamp`]): beside its run records.
+pub fn stamps_dir(root: &Path) -> PathBuf {
+    root.join(".heddle").join("lock-stamps")
 }
 
 /// `pipelines/x.toml` → `pipelines/x.lock`.
