@@ -25,3 +25,44 @@ start_moto() {
 now() { date +%s.%N; }
 
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# start_nginx NAME   the same for a WebDAV server: nginx (Debian's, with the dav-ext module) on a
+#                    free 127.0.0.1 port serving $work/dav; sets $work and $port. nginx sends a
+#                    file with sendfile and spends almost no CPU, so on this 2-core machine a
+#                    client does not share its cores with the server the way it does with moto.
+start_nginx() {
+  bash remote/tests/servers.sh >/dev/null
+  work=$(mktemp -d "$PWD/target/$1.XXXXXX")
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  mkdir -p "$work/dav" "$work/logs"
+  cat >"$work/nginx.conf" <<CONF
+$([[ $(id -u) -eq 0 ]] && echo "user root;")
+load_module /usr/lib/nginx/modules/ngx_http_dav_ext_module.so;
+daemon off;
+master_process off;
+worker_processes 1;
+pid $work/nginx.pid;
+error_log $work/logs/error.log;
+events { worker_connections 64; }
+http {
+  access_log off;
+  sendfile on;
+  client_body_temp_path $work/body;
+  client_max_body_size 0;
+  server {
+    listen 127.0.0.1:$port;
+    root $work/dav;
+    location / {
+      dav_methods PUT DELETE MKCOL COPY MOVE;
+      dav_ext_methods PROPFIND OPTIONS;
+      create_full_put_path on;
+    }
+  }
+}
+CONF
+  "$(command -v nginx || echo /usr/sbin/nginx)" -p "$work" -c "$work/nginx.conf" -e "$work/logs/error.log" &
+  local nginx=$!
+  # shellcheck disable=SC2064  # expand now: the trap must remove this run's folder
+  trap "kill $nginx 2>/dev/null; rm -rf '$work'" EXIT
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.2; done
+}
