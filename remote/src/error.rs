@@ -23,6 +23,31 @@ pub enum RemoteError {
         #[source]
         source: std::io::Error,
     },
+    /// `HEDDLE_REMOTE_CLIENT_CERT` or `HEDDLE_REMOTE_CLIENT_KEY` set without the other, or
+    /// both set for a remote that does not speak TLS.
+    #[error("failed to use a client certificate for remote cache {remote}: {reason}")]
+    ClientCert { remote: String, reason: String },
+    /// A client certificate or key file could not be read, or holds no PEM block of its kind.
+    #[error("failed to read the client {what} {path} for remote cache {remote}")]
+    TlsClientFile {
+        what: &'static str,
+        path: PathBuf,
+        remote: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The client certificate and key were read but rustls refused them as a pair (a key that
+    /// is not the certificate's, a block that does not parse).
+    #[error(
+        "failed to use the client certificate {cert} with the key {key} for remote cache {remote}"
+    )]
+    TlsClientPair {
+        cert: PathBuf,
+        key: PathBuf,
+        remote: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
     /// `HEDDLE_REMOTE_HEADERS` could not be read; the reason never holds a value.
     #[error("failed to read the headers for remote cache {remote}: {reason}")]
     BadHeader { remote: String, reason: String },

@@ -85,8 +85,10 @@ pub use download::{fetch_action, fetch_blob, FetchReport};
 pub use error::RemoteError;
 pub use opendal_backend::OpendalCache;
 pub use reapi::{
-    ReapiCache, ReapiHeaders, ReapiOptions, ReapiTls, BATCH_MAX as REAPI_BATCH_MAX,
-    CA_FILE_VAR as REAPI_CA_FILE_VAR, HEADERS_VAR as REAPI_HEADERS_VAR,
+    ReapiCache, ReapiClientCert, ReapiHeaders, ReapiOptions, ReapiTls,
+    BATCH_MAX as REAPI_BATCH_MAX, CA_FILE_VAR as REAPI_CA_FILE_VAR,
+    CLIENT_CERT_VAR as REAPI_CLIENT_CERT_VAR, CLIENT_KEY_VAR as REAPI_CLIENT_KEY_VAR,
+    HEADERS_VAR as REAPI_HEADERS_VAR,
 };
 pub use remote_cache::{PushOutcome, RemoteCache};
 pub use upload::{push_action, upload_blob, PushReport};
@@ -110,6 +112,11 @@ pub fn open_backend(
         return Ok(Arc::new(ReapiCache::open(
             authority, instance, options, name, timeouts,
         )?));
+    }
+    // Only a grpcs:// remote sends a client certificate; one set for S3 or WebDAV would
+    // silently not be, so it is refused as for grpc://.
+    if ReapiClientCert::from_env(env, &settings.url.to_string())?.is_some() {
+        return Err(ReapiClientCert::needs_tls(&settings.url.to_string()));
     }
     Ok(Arc::new(OpendalCache::open(
         &settings.url,

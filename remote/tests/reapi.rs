@@ -10,7 +10,8 @@ use common::*;
 use heddle_cache::{Digest, OutputEntry};
 use heddle_remote::{
     fetch_action, fetch_blob, push_action, upload_blob, ReapiCache, ReapiOptions, RemoteError,
-    RemoteUrl, Timeouts, REAPI_BATCH_MAX, REAPI_CA_FILE_VAR, REAPI_HEADERS_VAR,
+    RemoteUrl, Timeouts, REAPI_BATCH_MAX, REAPI_CA_FILE_VAR, REAPI_CLIENT_CERT_VAR,
+    REAPI_CLIENT_KEY_VAR, REAPI_HEADERS_VAR,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,6 +74,65 @@ async fn grpcs_round_trips_with_the_teams_ca_and_refuses_an_untrusted_server() {
     }
     eprintln!("untrusted grpcs server: {chain}");
     assert!(chain.contains("certificate"), "{chain}");
+}
+
+/// A server that requires a client certificate (mTLS, BuildGrid's `tls-client-certs`): the
+/// round trip with one its CA signed in `HEDDLE_REMOTE_CLIENT_CERT`/`_KEY`; without one, or with
+/// one it does not trust, a call fails as unavailable (the caller turns the remote off with one
+/// warning); a key that is not the certificate's is refused at open, naming both files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcs_shows_the_client_certificate_to_a_server_that_requires_one() {
+    let Some(server) = start_buildgrid_mtls() else {
+        return;
+    };
+    let tls = server.dir.path().join("tls");
+    let url = format!("grpcs://127.0.0.1:{}/{REAPI_INSTANCE}", server.port);
+    let open = |client: Option<(&str, &str)>| {
+        let file = |name: &str| tls.join(name).display().to_string();
+        let env = |k: &str| match k {
+            REAPI_CA_FILE_VAR => Some(file("ca.crt")),
+            REAPI_CLIENT_CERT_VAR => client.map(|(cert, _)| file(cert)),
+            REAPI_CLIENT_KEY_VAR => client.map(|(_, key)| file(key)),
+            _ => None,
+        };
+        let options = ReapiOptions::from_env(true, &env, &url)?;
+        let authority = format!("127.0.0.1:{}", server.port);
+        ReapiCache::open(
+            &authority,
+            REAPI_INSTANCE,
+            options,
+            url.clone(),
+            reapi_timeouts(),
+        )
+        .map(|c| Arc::new(c) as Arc<dyn heddle_remote::RemoteBackend>)
+    };
+    case_round_trip(open(Some(("client.crt", "client.key"))).unwrap()).await;
+
+    let a = local();
+    let entry = make_action(&a, 13, 1000);
+    for client in [None, Some(("stranger.crt", "stranger.key"))] {
+        let err = push_action(&*open(client).unwrap(), &a.store, &entry)
+            .await
+            .unwrap_err();
+        let chain = heddle_cache::error_chain(&err);
+        eprintln!("mTLS server, client certificate {client:?}: {chain}");
+        assert!(err.is_unavailable(), "{chain}");
+    }
+
+    let Err(err) = open(Some(("client.crt", "server.key"))) else {
+        panic!("a key that is not the certificate's was accepted")
+    };
+    let chain = heddle_cache::error_chain(&err);
+    eprintln!("mismatched client key: {chain}");
+    assert!(matches!(err, RemoteError::TlsClientPair { .. }), "{chain}");
+    assert!(
+        chain.contains(&format!(
+            "failed to use the client certificate {} with the key {} for remote cache {url}",
+            tls.join("client.crt").display(),
+            tls.join("server.key").display()
+        )),
+        "{chain}"
+    );
 }
 
 /// A server that requires a JWT bearer token: the round trip with `authorization=Bearer …` in

@@ -51,7 +51,10 @@ use crate::backend::{BlobStream, Endpoint, EntryBlobs, RemoteBackend, RemoteFutu
 use crate::RemoteError;
 
 pub(crate) use self::call::is_unavailable_code;
-pub use self::connect::{ReapiHeaders, ReapiOptions, ReapiTls, CA_FILE_VAR, HEADERS_VAR};
+pub use self::connect::{
+    ReapiClientCert, ReapiHeaders, ReapiOptions, ReapiTls, CA_FILE_VAR, CLIENT_CERT_VAR,
+    CLIENT_KEY_VAR, HEADERS_VAR,
+};
 
 /// Blobs up to this size go in one batch call; larger ones stream over ByteStream. Well under
 /// gRPC's default 4 MiB message limit, which servers apply to batch requests too.

@@ -209,6 +209,12 @@ pub fn start_buildgrid_tls() -> Option<Server> {
     start_buildgrid_with(BlobStorage::Memory, Access::Tls)
 }
 
+/// As [`start_buildgrid_tls`], and the server refuses a client without a certificate the same
+/// CA signed: `<server dir>/tls/client.crt` and `client.key` are one.
+pub fn start_buildgrid_mtls() -> Option<Server> {
+    start_buildgrid_with(BlobStorage::Memory, Access::MutualTls)
+}
+
 /// The HS256 secret [`start_buildgrid_jwt`] checks tokens against.
 pub const JWT_SECRET: &str = "heddle-test-secret";
 
@@ -232,13 +238,19 @@ pub fn make_test_jwt(secret: &str) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
-/// Make `dir/ca.crt` and a server key and certificate for IP 127.0.0.1 it signs (openssl).
+/// Make, with openssl, in `dir`: `ca.crt` (a CA made for the test), `server.key`/`server.crt`
+/// for IP 127.0.0.1 and `client.key`/`client.crt` (a client certificate, for mTLS) it signs,
+/// and `stranger.key`/`stranger.crt`, a self-signed client certificate no server trusts.
 fn make_test_ca(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
-    let ext = dir.join("server.ext");
     std::fs::write(
-        &ext,
+        dir.join("server.ext"),
         "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("client.ext"),
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
     )
     .unwrap();
     let ec = [
@@ -248,56 +260,76 @@ fn make_test_ca(dir: &Path) {
         "ec_paramgen_curve:prime256v1",
         "-nodes",
     ];
-    for args in [
-        &[
+    let self_signed = |name: &str, subj: &str| -> Vec<String> {
+        [
             &["req", "-x509"][..],
             &ec,
             &[
                 "-keyout",
-                "ca.key",
+                &format!("{name}.key"),
                 "-out",
-                "ca.crt",
+                &format!("{name}.crt"),
                 "-days",
                 "2",
                 "-subj",
-                "/CN=heddle test CA",
+                subj,
             ],
         ]
-        .concat(),
-        &[
+        .concat()
+        .iter()
+        .map(|a| a.to_string())
+        .collect()
+    };
+    let request = |name: &str, subj: &str| -> Vec<String> {
+        [
             &["req"][..],
             &ec,
             &[
                 "-keyout",
-                "server.key",
+                &format!("{name}.key"),
                 "-out",
-                "server.csr",
+                &format!("{name}.csr"),
                 "-subj",
-                "/CN=127.0.0.1",
+                subj,
             ],
         ]
-        .concat(),
-        &[
+        .concat()
+        .iter()
+        .map(|a| a.to_string())
+        .collect()
+    };
+    let sign = |name: &str| -> Vec<String> {
+        [
             "x509",
             "-req",
             "-in",
-            "server.csr",
+            &format!("{name}.csr"),
             "-CA",
             "ca.crt",
             "-CAkey",
             "ca.key",
             "-CAcreateserial",
             "-out",
-            "server.crt",
+            &format!("{name}.crt"),
             "-days",
             "2",
             "-extfile",
-            "server.ext",
-        ][..]
-            .to_vec(),
+            &format!("{name}.ext"),
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect()
+    };
+    for args in [
+        self_signed("ca", "/CN=heddle test CA"),
+        request("server", "/CN=127.0.0.1"),
+        sign("server"),
+        request("client", "/CN=heddle test client"),
+        sign("client"),
+        self_signed("stranger", "/CN=heddle test stranger"),
     ] {
         run_ok(
-            Command::new("openssl").args(args.iter()).current_dir(dir),
+            Command::new("openssl").args(&args).current_dir(dir),
             &format!("openssl {args:?}"),
         );
     }
@@ -309,6 +341,8 @@ enum Access {
     Open,
     /// TLS only, with a certificate from a CA made for the test ([`make_test_ca`]).
     Tls,
+    /// As [`Access::Tls`], and every client must show a certificate that CA signed.
+    MutualTls,
     /// Plain HTTP/2, every call with a JWT signed with [`JWT_SECRET`].
     Jwt,
 }
@@ -323,12 +357,16 @@ fn start_buildgrid_with(storage: BlobStorage, access: Access) -> Option<Server> 
             "insecure-mode: true".to_string(),
             "method: none".to_string(),
         ),
-        Access::Tls => {
+        Access::Tls | Access::MutualTls => {
             make_test_ca(&d.join("tls"));
             let tls = d.join("tls").display().to_string();
-            let credentials = format!(
+            let mut credentials = format!(
                 "tls-server-key: {tls}/server.key\n      tls-server-cert: {tls}/server.crt"
             );
+            // BuildGrid then requires a client certificate chaining to this file.
+            if matches!(access, Access::MutualTls) {
+                credentials += &format!("\n      tls-client-certs: {tls}/ca.crt");
+            }
             (
                 format!("insecure-mode: false\n    credentials:\n      {credentials}"),
                 "method: none".to_string(),
