@@ -95,7 +95,8 @@ async fn grpcs_shows_the_client_certificate_to_a_server_that_requires_one() {
             REAPI_CLIENT_KEY_VAR => client.map(|(_, key)| file(key)),
             _ => None,
         };
-        let options = ReapiOptions::from_env(true, &env, &url)?;
+        // Boxed: RemoteError is large for a closure's Err (clippy's result_large_err).
+        let options = ReapiOptions::from_env(true, &env, &url).map_err(Box::new)?;
         let authority = format!("127.0.0.1:{}", server.port);
         ReapiCache::open(
             &authority,
@@ -105,6 +106,7 @@ async fn grpcs_shows_the_client_certificate_to_a_server_that_requires_one() {
             reapi_timeouts(),
         )
         .map(|c| Arc::new(c) as Arc<dyn heddle_remote::RemoteBackend>)
+        .map_err(Box::new)
     };
     case_round_trip(open(Some(("client.crt", "client.key"))).unwrap()).await;
 
@@ -122,9 +124,9 @@ async fn grpcs_shows_the_client_certificate_to_a_server_that_requires_one() {
     let Err(err) = open(Some(("client.crt", "server.key"))) else {
         panic!("a key that is not the certificate's was accepted")
     };
-    let chain = heddle_cache::error_chain(&err);
+    let chain = heddle_cache::error_chain(&*err);
     eprintln!("mismatched client key: {chain}");
-    assert!(matches!(err, RemoteError::TlsClientPair { .. }), "{chain}");
+    assert!(matches!(*err, RemoteError::TlsClientPair { .. }), "{chain}");
     assert!(
         chain.contains(&format!(
             "failed to use the client certificate {} with the key {} for remote cache {url}",
