@@ -41,13 +41,34 @@ fn keep_freed_memory_a_while() {
 }
 
 fn main() {
-    // `heddle show --json | head` should end quietly, like any unix tool, not panic on EPIPE.
-    #[cfg(unix)]
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    quiet_on_a_closed_output();
     #[cfg(unix)]
     keep_freed_memory_a_while();
     let code = cli::main();
     std::process::exit(code);
+}
+
+/// `heddle runs --json | head` should end quietly, like any unix tool whose reader went away,
+/// not with a panic about a broken pipe: it exits 141, the status a shell reports for a tool
+/// killed by SIGPIPE. SIGPIPE itself stays ignored (Rust's default) rather than restored: heddle
+/// also writes to sockets, and a TLS server that closes the connection (a REAPI server refusing
+/// a client without a certificate) must be an error the remote cache turns into one warning,
+/// not a signal that kills the run with no record (rustls writes with `writev`, which cannot
+/// suppress the signal).
+fn quiet_on_a_closed_output() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        let printing = message.starts_with("failed printing to stdout")
+            || message.starts_with("failed printing to stderr");
+        if printing && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info)
+    }));
 }

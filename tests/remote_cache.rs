@@ -290,8 +290,6 @@ fn reapi_with_a_client_certificate_second_cache_dir_executes_nothing() {
 
 /// Without the certificate the server closes the connection: one warning, the work done here.
 #[test]
-#[ignore = "heddle dies of SIGPIPE (src/main.rs sets SIG_DFL; rustls writes with writev, \
-            which has no MSG_NOSIGNAL) when the server closes the connection"]
 fn reapi_without_the_client_certificate_a_server_requires_costs_one_warning() {
     let Some(remote) = reapi_mtls(false) else {
         return;
