@@ -311,9 +311,9 @@ fn a_client_certificate_without_its_key_or_for_a_remote_without_tls_is_a_user_er
     };
     let cert = ("HEDDLE_REMOTE_CLIENT_CERT", p.path("client.crt"));
     let key = ("HEDDLE_REMOTE_CLIENT_KEY", p.path("client.key"));
-    let r = run("grpcs://127.0.0.1:1/main", &[cert.clone()]).code(2);
+    let r = run("grpcs://127.0.0.1:1/main", std::slice::from_ref(&cert)).code(2);
     assert_contains(&r.stderr, "failed to use a client certificate for remote cache grpcs://127.0.0.1:1/main: HEDDLE_REMOTE_CLIENT_CERT is set but HEDDLE_REMOTE_CLIENT_KEY is not");
-    let r = run("grpcs://127.0.0.1:1/main", &[key.clone()]).code(2);
+    let r = run("grpcs://127.0.0.1:1/main", std::slice::from_ref(&key)).code(2);
     assert_contains(
         &r.stderr,
         "HEDDLE_REMOTE_CLIENT_KEY is set but HEDDLE_REMOTE_CLIENT_CERT is not",
