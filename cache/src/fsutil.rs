@@ -364,3 +364,29 @@ pub(crate) fn same_inode(a: &fs::Metadata, b: &fs::Metadata) -> bool {
         true
     }
 }
+
+/// The paths in `dir`, sorted; a folder that does not exist is empty.
+pub(crate) fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, CacheError> {
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(CacheError::Io {
+                op: "read directory",
+                path: dir.to_path_buf(),
+                source: e,
+            })
+        }
+    };
+    let mut out: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    out.sort();
+    Ok(out)
+}
+
+/// The first `n` bytes of the file at `p` (fewer if it is shorter).
+pub(crate) fn read_prefix(p: &Path, n: usize) -> io::Result<Vec<u8>> {
+    use io::Read;
+    let mut buf = Vec::with_capacity(n);
+    fs::File::open(p)?.take(n as u64).read_to_end(&mut buf)?;
+    Ok(buf)
+}

@@ -2,10 +2,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use crate::fsutil::{self, blob_mtime, remove_any};
+use crate::fsutil::{self, blob_mtime, read_dir_sorted, read_prefix, remove_any};
 use crate::tree::{decode_tree, TREE_TAG};
 use crate::{hash_file, ActionEntry, CacheError, Digest, Store};
 
@@ -575,28 +575,4 @@ fn hash_blobs(
             .flat_map(|h| h.join().expect("verify thread panicked"))
             .collect()
     })
-}
-
-fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, CacheError> {
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => {
-            return Err(CacheError::Io {
-                op: "read directory",
-                path: dir.to_path_buf(),
-                source: e,
-            })
-        }
-    };
-    let mut out: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    out.sort();
-    Ok(out)
-}
-
-fn read_prefix(p: &Path, n: usize) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut buf = Vec::with_capacity(n);
-    fs::File::open(p)?.take(n as u64).read_to_end(&mut buf)?;
-    Ok(buf)
 }
