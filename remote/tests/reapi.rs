@@ -35,29 +35,11 @@ async fn grpcs_round_trips_with_the_teams_ca_and_refuses_an_untrusted_server() {
     let ca = server.dir.path().join("tls/ca.crt");
     let url = format!("grpcs://127.0.0.1:{}/{REAPI_INSTANCE}", server.port);
     let open = |ca: Option<&std::path::Path>| {
-        let RemoteUrl::Grpc {
-            authority,
-            instance,
-            tls: true,
-        } = RemoteUrl::parse(&url).unwrap()
-        else {
-            panic!("{url} is a grpcs URL")
-        };
         let env = |k: &str| {
             ca.filter(|_| k == REAPI_CA_FILE_VAR)
                 .map(|p| p.display().to_string())
         };
-        let options = ReapiOptions::from_env(true, &env, &url).unwrap();
-        Arc::new(
-            ReapiCache::open(
-                &authority,
-                &instance,
-                options,
-                url.clone(),
-                reapi_timeouts(),
-            )
-            .unwrap(),
-        ) as Arc<dyn heddle_remote::RemoteBackend>
+        open_reapi(&url, &env).unwrap()
     };
     case_round_trip(open(Some(&ca))).await;
 
@@ -95,18 +77,7 @@ async fn grpcs_shows_the_client_certificate_to_a_server_that_requires_one() {
             REAPI_CLIENT_KEY_VAR => client.map(|(_, key)| file(key)),
             _ => None,
         };
-        // Boxed: RemoteError is large for a closure's Err (clippy's result_large_err).
-        let options = ReapiOptions::from_env(true, &env, &url).map_err(Box::new)?;
-        let authority = format!("127.0.0.1:{}", server.port);
-        ReapiCache::open(
-            &authority,
-            REAPI_INSTANCE,
-            options,
-            url.clone(),
-            reapi_timeouts(),
-        )
-        .map(|c| Arc::new(c) as Arc<dyn heddle_remote::RemoteBackend>)
-        .map_err(Box::new)
+        open_reapi(&url, &env)
     };
     case_round_trip(open(Some(("client.crt", "client.key"))).unwrap()).await;
 
@@ -147,18 +118,7 @@ async fn headers_carry_a_bearer_token_to_a_server_that_requires_one() {
     let url = format!("grpc://127.0.0.1:{}/{REAPI_INSTANCE}", server.port);
     let open = |headers: Option<String>| {
         let env = |k: &str| headers.clone().filter(|_| k == REAPI_HEADERS_VAR);
-        let options = ReapiOptions::from_env(false, &env, &url).unwrap();
-        let authority = format!("127.0.0.1:{}", server.port);
-        Arc::new(
-            ReapiCache::open(
-                &authority,
-                REAPI_INSTANCE,
-                options,
-                url.clone(),
-                reapi_timeouts(),
-            )
-            .unwrap(),
-        ) as Arc<dyn heddle_remote::RemoteBackend>
+        open_reapi(&url, &env).unwrap()
     };
     let token = make_test_jwt(JWT_SECRET);
     case_round_trip(open(Some(format!("authorization=Bearer {token}")))).await;
@@ -406,4 +366,31 @@ async fn hundred_mb_round_trip_throughput() {
         down.as_secs_f64(),
         mbps(down)
     );
+}
+
+/// The REAPI cache at `url` (`grpc://` or `grpcs://`) with the options the environment `env`
+/// gives, opened as heddle opens one. Boxed error: `RemoteError` is large for a closure's `Err`
+/// (clippy's `result_large_err`).
+fn open_reapi(
+    url: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn heddle_remote::RemoteBackend>, Box<RemoteError>> {
+    let RemoteUrl::Grpc {
+        authority,
+        instance,
+        tls,
+    } = RemoteUrl::parse(url).unwrap()
+    else {
+        panic!("{url} is not a REAPI URL")
+    };
+    let options = ReapiOptions::from_env(tls, env, url).map_err(Box::new)?;
+    ReapiCache::open(
+        &authority,
+        &instance,
+        options,
+        url.to_string(),
+        reapi_timeouts(),
+    )
+    .map(|c| Arc::new(c) as Arc<dyn heddle_remote::RemoteBackend>)
+    .map_err(Box::new)
 }
