@@ -16,8 +16,10 @@ use sha2::Digest as _;
 use super::LockError;
 
 /// The lock file being written at `path`. Feed it with [`LockSink::push`], end it with
-/// [`LockSink::finish`]. Dropped unfinished, it leaves the old file as it was (and at most a
-/// `.lock.tmp` that the next write replaces).
+/// [`LockSink::finish`]. Dropped unfinished (an error), it leaves the old file as it was and
+/// removes its temp file. The temp file is this process's own (`<name>.lock.<pid>.tmp`): two
+/// runs of one pipeline that end together each write a whole lock, and the last rename wins,
+/// instead of both writing into one temp file.
 pub(super) struct LockSink {
     path: PathBuf,
     tmp: PathBuf,
@@ -28,6 +30,16 @@ pub(super) struct LockSink {
     /// Once the text differs: the temp file that replaces the lock.
     out: Option<BufWriter<File>>,
     hasher: sha2::Sha256,
+    /// The temp file exists and has not become the lock (removed on drop).
+    tmp_live: bool,
+}
+
+impl Drop for LockSink {
+    fn drop(&mut self) {
+        if self.tmp_live {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
 }
 
 const BUFFER: usize = 256 * 1024;
@@ -36,13 +48,14 @@ impl LockSink {
     pub(super) fn new(path: &Path) -> LockSink {
         LockSink {
             path: path.to_path_buf(),
-            tmp: path.with_extension("lock.tmp"),
+            tmp: path.with_extension(format!("lock.{}.tmp", std::process::id())),
             existing: File::open(path)
                 .ok()
                 .map(|f| BufReader::with_capacity(BUFFER, f)),
             matched: 0,
             out: None,
             hasher: sha2::Sha256::new(),
+            tmp_live: false,
         }
     }
 
@@ -79,12 +92,14 @@ impl LockSink {
         let file = out.into_inner().map_err(|e| self.error(e.into_error()))?;
         drop(file);
         std::fs::rename(&self.tmp, &self.path).map_err(|e| self.error(e))?;
+        self.tmp_live = false;
         Ok(digest)
     }
 
     /// The text stops matching the old file: start the temp file with the part that did.
     fn diverge(&mut self) -> io::Result<()> {
         let mut out = BufWriter::with_capacity(BUFFER, File::create(&self.tmp)?);
+        self.tmp_live = true;
         if self.matched > 0 {
             io::copy(&mut File::open(&self.path)?.take(self.matched), &mut out)?;
         }
@@ -168,8 +183,21 @@ mod tests {
             assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "{case}");
             assert_eq!(digest, Digest::of_bytes(text.as_bytes()), "{case}");
             assert_eq!(mtime(&path) == old, *untouched, "{case}");
-            assert!(!path.with_extension("lock.tmp").exists(), "{case}");
+            let leftovers = std::fs::read_dir(dir.path()).unwrap().count();
+            assert_eq!(leftovers, 1, "{case}: only the lock is left");
         }
+    }
+
+    #[test]
+    fn a_lock_abandoned_halfway_leaves_the_old_one_and_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.lock");
+        std::fs::write(&path, "a\nb\n").unwrap();
+        let mut sink = LockSink::new(&path);
+        sink.push("a\nc\n").unwrap();
+        drop(sink);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "a\nb\n");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]
