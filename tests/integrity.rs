@@ -300,8 +300,56 @@ fn a_rotted_blob_is_never_fed_and_the_next_run_recomputes_it() {
     p.assert_cache_clean();
 }
 
+/// `heddle cache verify` on a rotted blob moves it to quarantine (evidence kept, never served),
+/// drops the action that named it, and says each in a line; `cache du` counts the quarantine
+/// until `cache gc` empties it.
+#[test]
+fn verify_quarantines_a_rotted_blob_and_du_counts_it() {
+    let p = Project::with_pipeline(include_str!("fixtures/integrity/rotted_blob.toml"));
+    p.run("p.toml", &[]).ok();
+    let blob = find_blob(&p.cache, b"payload\n");
+    fs::write(&blob, "poisond\n").unwrap();
+    let rec = p.last_record();
+    let key = instance(&rec, "a")["cache_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let v = p.heddle(&["cache", "verify"]).code(1);
+    let quarantined: Vec<_> = fs::read_dir(p.cache.join("quarantine"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(quarantined.len(), 1, "{quarantined:?}");
+    let text = support::snapshot::normalise(&p, &v.stdout)
+        .replace(&quarantined[0], "[NAME]")
+        .replace(&key, "[KEY]");
+    let (payload, poisoned) = (digest(b"payload\n"), digest(b"poisond\n"));
+    assert_eq!(
+        text,
+        format!(
+            "checked 2 blobs (18 B), 2 actions\n\
+             BAD blob {payload} hashes to {poisoned}; moved to [PROJECT]/cache/quarantine/[NAME]\n\
+             BAD action [KEY] names blob {payload}, which is gone; the action is removed\n\
+             quarantine: 1 blob (8 B) that did not match their digest, kept in [PROJECT]/cache/quarantine for inspection; `heddle cache gc` removes them\n\
+             2 bad entries (removed or quarantined; what they held will be recomputed)\n"
+        )
+    );
+    let du = p.heddle(&["cache", "du"]).ok();
+    assert_contains(
+        &du.stdout,
+        "\n  quarantine: 1 blob (8 B) that did not match their digest; `heddle cache gc` removes them\n",
+    );
+    p.heddle(&["cache", "gc"]).ok();
+    assert_lacks(&p.heddle(&["cache", "du"]).ok().stdout, "quarantine");
+}
+
+fn digest(content: &[u8]) -> String {
+    heddle_cache::Digest::of_bytes(content).to_string()
+}
+
 /// Where the store keeps the blob of `content`.
 fn find_blob(cache: &std::path::Path, content: &[u8]) -> std::path::PathBuf {
-    let hex = heddle_cache::Digest::of_bytes(content).to_string();
+    let hex = digest(content);
     cache.join("objects").join(&hex[..2]).join(&hex)
 }

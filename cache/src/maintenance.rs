@@ -16,8 +16,13 @@ const GRACE: Duration = Duration::from_secs(3600);
 /// Something `verify` found wrong (and repaired by removing it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BadEntry {
-    /// A blob whose content does not hash to its name (torn or edited). Removed.
-    BlobMismatch { digest: Digest, actual: Digest },
+    /// A blob whose content does not hash to its name (torn or edited). Moved to
+    /// `quarantine/` (`to`), as a run moves one it finds, so the evidence stays until `gc`.
+    BlobMismatch {
+        digest: Digest,
+        actual: Digest,
+        to: PathBuf,
+    },
     /// A file in `objects/` that is not named by a digest, or is not a regular file. Removed.
     StrayObject { path: PathBuf },
     /// An action entry that does not parse or does not match its file name. Removed.
@@ -26,6 +31,35 @@ pub enum BadEntry {
     MissingBlob { key: Digest, digest: Digest },
     /// A tree manifest that does not decode. Removed.
     BadTree { digest: Digest, reason: String },
+}
+
+/// One line for `heddle cache verify`: what is wrong and what was done about it.
+impl std::fmt::Display for BadEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BadEntry::BlobMismatch { digest, actual, to } => write!(
+                f,
+                "blob {digest} hashes to {actual}; moved to {}",
+                to.display()
+            ),
+            BadEntry::StrayObject { path } => {
+                write!(f, "{} is not a blob heddle wrote; removed", path.display())
+            }
+            BadEntry::BadAction { path, reason } => {
+                write!(f, "action entry {}: {reason}; removed", path.display())
+            }
+            BadEntry::MissingBlob { key, digest } => write!(
+                f,
+                "action {key} names blob {digest}, which is gone; the action is removed"
+            ),
+            BadEntry::BadTree { digest, reason } => {
+                write!(
+                    f,
+                    "tree manifest {digest} does not decode ({reason}); removed"
+                )
+            }
+        }
+    }
 }
 
 /// What `verify` did.
@@ -68,6 +102,9 @@ pub struct DuReport {
     pub action_count: u64,
     pub action_bytes: u64,
     pub families: BTreeMap<String, FamilyUsage>,
+    /// Files in `quarantine/` and their bytes: not served, but on the disk until `gc`.
+    pub quarantined_count: u64,
+    pub quarantined_bytes: u64,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -187,7 +224,8 @@ impl Store {
     }
 
     /// Re-hash every blob and check every action entry. Everything bad is reported and
-    /// removed, so it becomes a miss; leftover temp files are removed. What is in
+    /// removed, so it becomes a miss; a blob that does not match its name is moved to
+    /// `quarantine/` rather than deleted; leftover temp files are removed. What is in
     /// `quarantine/` is reported and left for `gc`. A store that only ever saw killed
     /// processes (no power loss) verifies clean.
     pub fn verify(&self) -> Result<VerifyReport, CacheError> {
@@ -198,6 +236,7 @@ impl Store {
         }
         self.verify_tmp(&mut report)?;
         let mut good = self.verify_blobs(&mut report)?;
+        report.quarantined.sort();
         let trees = self.verify_trees(&mut good, &mut report)?;
         self.verify_actions(&good, &trees, &mut report)?;
         Ok(report)
@@ -238,10 +277,18 @@ impl Store {
                     good.insert(d);
                 }
                 Ok(a) => {
-                    let _ = remove_any(&p);
+                    let to = match self.quarantine(&d) {
+                        Ok(to) => to,
+                        // Moved or removed under us (a concurrent gc or run): nothing to keep.
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                        Err(e) => return Err(CacheError::io("quarantine", &p)(e)),
+                    };
+                    report.quarantined_bytes += len;
+                    report.quarantined.push(to.clone());
                     report.bad.push(BadEntry::BlobMismatch {
                         digest: d,
                         actual: a,
+                        to,
                     });
                 }
                 // Removed under us (a concurrent gc): not a fault.
@@ -387,6 +434,10 @@ impl Store {
                 f.actions += 1;
                 f.output_bytes += e.output_bytes();
             }
+        }
+        for (_, meta) in self.list_quarantine()? {
+            r.quarantined_count += 1;
+            r.quarantined_bytes += meta.len();
         }
         Ok(r)
     }

@@ -62,6 +62,13 @@ fn du(store: &Store) -> Result<i32, Error> {
         du.blob_count,
         du.action_count
     );
+    if du.quarantined_count > 0 {
+        println!(
+            "  quarantine: {} ({}) that did not match their digest; `heddle cache gc` removes them",
+            blobs(du.quarantined_count),
+            human(du.quarantined_bytes)
+        );
+    }
     for (fam, u) in &du.families {
         println!(
             "  {fam:<40} {:>10}  {} actions",
@@ -84,7 +91,7 @@ fn verify(store: &Store) -> Result<i32, Error> {
         println!("removed {} leftover temp files", r.tmp_removed.len());
     }
     for b in &r.bad {
-        println!("BAD {b:?}");
+        println!("BAD {b}");
     }
     if !r.quarantined.is_empty() {
         println!(
@@ -99,7 +106,7 @@ fn verify(store: &Store) -> Result<i32, Error> {
         Ok(EXIT_OK)
     } else {
         println!(
-            "{} bad entries (removed; they will be recomputed)",
+            "{} bad entries (removed or quarantined; what they held will be recomputed)",
             r.bad.len()
         );
         Ok(EXIT_STAGE_FAILED)
@@ -186,7 +193,7 @@ fn lock_keys(root: &Path) -> Vec<Digest> {
 }
 
 /// Bytes in binary units, one decimal: `512 B`, `1.5 KiB`, `20.0 GiB`.
-fn human(b: u64) -> String {
+pub(crate) fn human(b: u64) -> String {
     const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = b as f64;
     let mut i = 0;

@@ -15,6 +15,10 @@ fn verify_finds_corrupt_blob_and_cleans_tmp() {
     fs::write(&blob, b"contenT").unwrap();
     let r = s.verify().unwrap();
     assert_eq!(r.tmp_removed.len(), 1);
+    // Kept as evidence, not deleted: the edited bytes are in quarantine, out of the store.
+    assert_eq!(r.quarantined.len(), 1, "{r:?}");
+    assert_eq!(fs::read(&r.quarantined[0]).unwrap(), b"contenT");
+    assert!(!blob.exists());
     assert!(
         r.bad.iter().any(
             |b| matches!(b, crate::BadEntry::BlobMismatch { digest, .. } if *digest == out.digest())
