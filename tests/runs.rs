@@ -79,3 +79,28 @@ RUN  completed   other              <dur>  ran 1 cached 0 failed 0 skipped 0  qu
 "
     );
 }
+
+/// `heddle runs --prune KEEP` removes all but the newest KEEP records (a no-op at 100k
+/// instances writes ~100 MB of record) and says what it removed; the kept runs still list.
+#[test]
+fn prune_keeps_the_newest_runs() {
+    let p = project();
+    p.run("rc.toml", &[]).ok();
+    p.run("rc.toml", &["--set", "scale=3"]).ok();
+    p.run("rc.toml", &["--set", "scale=4"]).ok();
+    let ids = record::list(p.root());
+    let r = p.heddle(&["runs", "--prune", "1"]).ok();
+    // The size (`3.1 KiB`) depends on the record's durations and paths.
+    let (head, rest) = r.stderr.split_once(" (").unwrap();
+    let (_, tail) = rest.split_once(')').unwrap();
+    assert_eq!(
+        format!("{head} (SIZE){tail}"),
+        "removed 2 run records (SIZE) from .heddle/runs\n"
+    );
+    assert_eq!(record::list(p.root()), ids[2..]);
+    assert_eq!(r.stdout.lines().count(), 1, "{}", r.stdout);
+    let r = p.heddle(&["runs", "--prune", "5", "--json"]).ok();
+    assert_eq!(r.stderr, "removed 0 run records (0 B) from .heddle/runs\n");
+    let j: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(j[0]["run_id"], ids[2].as_str());
+}

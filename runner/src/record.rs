@@ -43,6 +43,35 @@ pub fn list(root: &Path) -> Vec<String> {
     ids
 }
 
+/// What [`prune`] removed: the run ids and their bytes on disk.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Pruned {
+    pub ids: Vec<String>,
+    pub bytes: u64,
+}
+
+/// Remove every run record but the newest `keep` (a no-op at 100,000 instances writes about
+/// 100 MB of record, so a busy project needs a way to drop old ones). Nothing else refers to
+/// a record by path: the cache entries a removed run used stay until `heddle cache gc`, which
+/// then no longer counts them as recent.
+pub fn prune(root: &Path, keep: usize) -> Result<Pruned, RecordError> {
+    let ids = list(root);
+    let mut pruned = Pruned::default();
+    for id in &ids[..ids.len().saturating_sub(keep)] {
+        let path = runs_dir(root).join(format!("{id}.json"));
+        let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            // Pruned by a concurrent heddle: gone either way.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => return Err(RecordError::Remove { path, source }),
+        }
+        pruned.bytes += bytes;
+        pruned.ids.push(id.clone());
+    }
+    Ok(pruned)
+}
+
 /// Why a run record could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -54,6 +83,12 @@ pub enum RecordError {
     NoSuchRun { id: String, dir: PathBuf },
     #[error("failed to read {}", path.display())]
     Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to remove {}", path.display())]
+    Remove {
         path: PathBuf,
         #[source]
         source: std::io::Error,

@@ -14,6 +14,9 @@ use crate::style::{paint, Stream, Tone};
 pub struct RunsArgs {
     #[arg(long)]
     json: bool,
+    /// Remove every run record but the newest KEEP, then list what is left.
+    #[arg(long, value_name = "KEEP")]
+    prune: Option<usize>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -26,6 +29,17 @@ pub struct ShowArgs {
 
 pub fn runs(s: &Session, a: &RunsArgs) -> Result<i32, Error> {
     let root = s.project_root();
+    if let Some(keep) = a.prune {
+        let p = record::prune(&root, keep)?;
+        // On stderr, so `--json` output stays one document.
+        eprintln!(
+            "removed {} run record{} ({}) from {}",
+            p.ids.len(),
+            if p.ids.len() == 1 { "" } else { "s" },
+            super::cache::human(p.bytes),
+            display_rel(&record::runs_dir(&root))
+        );
+    }
     let rows: Vec<RunRecord> = record::list(&root)
         .iter()
         .filter_map(|id| record::load(&root, id).ok())
