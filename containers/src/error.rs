@@ -65,6 +65,13 @@ pub enum ContainerError {
         source: bollard::errors::Error,
     },
 
+    #[error("failed to attach to container {container}")]
+    Attach {
+        container: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+
     #[error("failed to start container {container}")]
     Start {
         container: String,

@@ -4,8 +4,10 @@
 //! engines work), turning an image reference into its content-addressed identity, running one
 //! container to completion with mounts, GPUs, devices, limits and a network mode, streaming its
 //! output to log files and to a channel, stopping it on timeout or cancellation, and removing
-//! it on every path. Everything it creates carries the label `heddle.managed=true`, so
-//! [`Engine::remove_labelled`] can clean up after a crash.
+//! it on every path. Every container it runs carries the label `heddle.managed=true`, so
+//! [`Engine::remove_labelled`] can clean up after a crash. The one exception is a unit's lock
+//! container ([`UnitTry`]): a lock that a cleanup must never remove, and that the engine removes
+//! itself once its holder is gone.
 //!
 //! It does not know about caches, pipelines, stages or templates: the runner decides what to
 //! run and what an outcome means; this crate only runs it. It never shells out to the docker
@@ -19,6 +21,7 @@ mod error;
 mod run;
 mod spec;
 pub mod test_images;
+mod unit_lock;
 
 pub use archive::Copy;
 pub use engine::{Engine, TlsFiles, MANAGED_LABEL};
@@ -26,4 +29,7 @@ pub use error::{ContainerError, SizeError};
 pub use spec::{
     parse_device, parse_size, ContainerOutcome, ContainerSpec, DeviceMapping, GpuRequest,
     ImageIdentity, LogLine, Mount, NetworkMode, PullPolicy, Stream, DEFAULT_STOP_GRACE,
+};
+pub use unit_lock::{
+    unit_container_name, BusyUnit, HeldUnit, UnitHolder, UnitTry, UNIT_POOL_LABEL,
 };

@@ -10,13 +10,13 @@ use crate::error::ContainerError;
 /// Force-removes the container when dropped unless `remove_now` already did. Covers the
 /// future being dropped mid-run (a `select!` elsewhere, a panic, a runtime shutting down a
 /// task): the container must not outlive the run.
-pub(super) struct RemovalGuard {
-    pub(super) docker: Docker,
-    pub(super) id: Option<String>,
+pub(crate) struct RemovalGuard {
+    pub(crate) docker: Docker,
+    pub(crate) id: Option<String>,
 }
 
 impl RemovalGuard {
-    pub(super) async fn remove_now(&mut self) -> Result<(), ContainerError> {
+    pub(crate) async fn remove_now(&mut self) -> Result<(), ContainerError> {
         let Some(id) = self.id.take() else {
             return Ok(());
         };
@@ -69,7 +69,7 @@ impl Drop for RemovalGuard {
 }
 
 /// A spawned task that must not outlive its owner.
-pub(super) struct AbortOnDrop<T>(pub(super) tokio::task::JoinHandle<T>);
+pub(crate) struct AbortOnDrop<T>(pub(crate) tokio::task::JoinHandle<T>);
 
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {

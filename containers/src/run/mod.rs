@@ -26,7 +26,7 @@ mod guard;
 mod logs;
 
 use body::create_body;
-use guard::{AbortOnDrop, RemovalGuard};
+pub(crate) use guard::{AbortOnDrop, RemovalGuard};
 use logs::{pump_logs, LogFiles};
 
 /// After the container exits its output stream ends by itself; this only bounds a stuck pump.
