@@ -260,10 +260,11 @@ impl Fetch<'_> {
 
 /// Stream `body` into the local store as blob `digest`, hashed once on the way
 /// ([`Store::import_verified_blob`]); the bytes become the blob only if they hash to `digest`.
-/// The download and the hash-and-write overlap: a blocking thread hashes and writes each batch
-/// of [`WRITE_BATCH`] bytes while the next one arrives, with at most [`BATCHES_IN_FLIGHT`]
-/// batches between them (memory stays flat). Done one after the other, the hash and the write
-/// halved the throughput of a large hit.
+/// The download, the write and the hash overlap: a blocking thread writes each batch of
+/// [`WRITE_BATCH`] bytes while the next one arrives, with at most [`BATCHES_IN_FLIGHT`]
+/// batches between them (memory stays flat), and the import hashes a large blob on a thread
+/// of its own. Done one after the other, the hash and the write halved the throughput of a
+/// large hit.
 async fn import_stream(
     remote: &dyn RemoteBackend,
     local: &Arc<Store>,
@@ -275,9 +276,7 @@ async fn import_stream(
     let writer = tokio::task::spawn_blocking(move || {
         let mut import = import;
         while let Some(batch) = arriving.blocking_recv() {
-            for chunk in &batch {
-                import.write(chunk)?;
-            }
+            import.write_batch(batch)?;
         }
         Ok::<_, heddle_cache::CacheError>(import)
     });

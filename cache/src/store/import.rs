@@ -4,19 +4,23 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 
+use bytes::Bytes;
+
+use super::import_hash::ImportHash;
 use super::{Durability, Store};
 use crate::fsutil::{self, blob_mtime, set_readonly, unique_name, TempPath};
 use crate::{CacheError, Digest};
 
 /// A blob on its way in from elsewhere (a remote cache), written chunk by chunk to the
-/// store's `tmp/` and hashed as it is written, so its bytes are read once. Start one with
+/// store's `tmp/` and hashed as it is written (a large one on a thread of its own:
+/// [`ImportHash`]), so its bytes are read once. Start one with
 /// [`Store::start_blob_import`], feed it with [`BlobImport::write`], and hand it to
 /// [`Store::import_verified_blob`], which moves it into place only if it hashed to the digest
 /// it was started for. Dropped unfinished, it removes its temp file.
 pub struct BlobImport {
     tmp: TempPath,
     file: File,
-    hasher: sha2::Sha256,
+    hash: ImportHash,
     size: u64,
     /// Bytes already handed to the kernel's writeback ([`start_writeback`]).
     writeback_from: u64,
@@ -39,12 +43,19 @@ pub(crate) const JOURNAL_FROM: u64 = 4 * 1024 * 1024;
 impl BlobImport {
     /// Append a chunk (blocking file I/O: async callers run it on a blocking thread).
     pub fn write(&mut self, chunk: &[u8]) -> Result<(), CacheError> {
-        use sha2::Digest as _;
-        self.hasher.update(chunk);
-        self.size += chunk.len() as u64;
-        self.file
-            .write_all(chunk)
-            .map_err(CacheError::io("write", self.tmp.path()))?;
+        self.write_batch(vec![Bytes::copy_from_slice(chunk)])
+    }
+
+    /// Append a batch of chunks, in order, without copying them for the hash (blocking file
+    /// I/O: async callers run it on a blocking thread).
+    pub fn write_batch(&mut self, batch: Vec<Bytes>) -> Result<(), CacheError> {
+        for chunk in &batch {
+            self.file
+                .write_all(chunk)
+                .map_err(CacheError::io("write", self.tmp.path()))?;
+            self.size += chunk.len() as u64;
+        }
+        self.hash.update(batch);
         if self.writeback && self.size - self.writeback_from >= WRITEBACK_EVERY {
             start_writeback(&self.file, self.writeback_from, self.size);
             self.writeback_from = self.size;
@@ -74,7 +85,6 @@ pub enum ImportOutcome {
 impl Store {
     /// Begin importing the blob `expected` (see [`BlobImport`]).
     pub fn start_blob_import(&self, expected: Digest) -> Result<BlobImport, CacheError> {
-        use sha2::Digest as _;
         let tmp = TempPath::new(self.tmp.join(unique_name("i-")));
         let file = OpenOptions::new()
             .write(true)
@@ -84,7 +94,7 @@ impl Store {
         Ok(BlobImport {
             tmp,
             file,
-            hasher: sha2::Sha256::new(),
+            hash: ImportHash::new(),
             size: 0,
             writeback_from: 0,
             // A journaled import is never fsynced, so starting its writeback early only makes
@@ -110,16 +120,15 @@ impl Store {
     /// here: after a power loss the journal has it re-hashed (see `imports_journal`). So a
     /// 1 GiB remote hit is done when its bytes are in the page cache, like `curl -o`.
     pub fn import_verified_blob(&self, import: BlobImport) -> Result<ImportOutcome, CacheError> {
-        use sha2::Digest as _;
         let BlobImport {
             tmp,
             mut file,
-            hasher,
+            hash,
             size,
             expected,
             ..
         } = import;
-        let actual = Digest::from_bytes(hasher.finalize().into());
+        let actual = hash.finish();
         if actual != expected {
             return Ok(ImportOutcome::Mismatch { actual, size });
         }

@@ -18,6 +18,7 @@ use crate::{CacheError, Digest};
 
 mod actions;
 mod import;
+mod import_hash;
 mod imports_journal;
 mod put;
 mod serve;
