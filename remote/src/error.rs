@@ -15,9 +15,11 @@ pub enum RemoteError {
         #[source]
         source: opendal::Error,
     },
-    /// The CA file named for a `grpcs://` remote could not be read.
-    #[error("failed to read the CA certificates {path} for remote cache {remote}")]
+    /// The CA file (`HEDDLE_REMOTE_CA_FILE`) named for a TLS remote could not be read, or
+    /// holds no certificate rustls can trust.
+    #[error("failed to read the CA certificates {path} ({var}) for remote cache {remote}")]
     TlsCa {
+        var: &'static str,
         path: PathBuf,
         remote: String,
         #[source]
@@ -28,9 +30,10 @@ pub enum RemoteError {
     #[error("failed to use a client certificate for remote cache {remote}: {reason}")]
     ClientCert { remote: String, reason: String },
     /// A client certificate or key file could not be read, or holds no PEM block of its kind.
-    #[error("failed to read the client {what} {path} for remote cache {remote}")]
+    #[error("failed to read the client {what} {path} ({var}) for remote cache {remote}")]
     TlsClientFile {
         what: &'static str,
+        var: &'static str,
         path: PathBuf,
         remote: String,
         #[source]
@@ -46,7 +49,14 @@ pub enum RemoteError {
         key: PathBuf,
         remote: String,
         #[source]
-        source: tonic::transport::Error,
+        source: rustls::Error,
+    },
+    /// reqwest refused the TLS settings of an `https://` S3 or WebDAV remote.
+    #[error("failed to set up the HTTP client for remote cache {remote}")]
+    HttpSetup {
+        remote: String,
+        #[source]
+        source: reqwest::Error,
     },
     /// `HEDDLE_REMOTE_HEADERS` could not be read; the reason never holds a value.
     #[error("failed to read the headers for remote cache {remote}: {reason}")]

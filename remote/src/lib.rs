@@ -65,9 +65,11 @@ mod backend;
 mod config;
 mod download;
 mod error;
+mod http_client;
 mod opendal_backend;
 mod reapi;
 mod remote_cache;
+mod tls_files;
 mod upload;
 mod url;
 mod webdav_upload;
@@ -85,12 +87,11 @@ pub use download::{fetch_action, fetch_blob, FetchReport};
 pub use error::RemoteError;
 pub use opendal_backend::OpendalCache;
 pub use reapi::{
-    ReapiCache, ReapiClientCert, ReapiHeaders, ReapiOptions, ReapiTls,
-    BATCH_MAX as REAPI_BATCH_MAX, CA_FILE_VAR as REAPI_CA_FILE_VAR,
-    CLIENT_CERT_VAR as REAPI_CLIENT_CERT_VAR, CLIENT_KEY_VAR as REAPI_CLIENT_KEY_VAR,
+    ReapiCache, ReapiHeaders, ReapiOptions, BATCH_MAX as REAPI_BATCH_MAX,
     HEADERS_VAR as REAPI_HEADERS_VAR,
 };
 pub use remote_cache::{PushOutcome, RemoteCache};
+pub use tls_files::{ClientCertFiles, TlsFiles, CA_FILE_VAR, CLIENT_CERT_VAR, CLIENT_KEY_VAR};
 pub use upload::{push_action, upload_blob, PushReport};
 pub use url::RemoteUrl;
 
@@ -113,11 +114,8 @@ pub fn open_backend(
             authority, instance, options, name, timeouts,
         )?));
     }
-    // Only a grpcs:// remote sends a client certificate; one set for S3 or WebDAV would
-    // silently not be, so it is refused as for grpc://.
-    if ReapiClientCert::from_env(env, &settings.url.to_string())?.is_some() {
-        return Err(ReapiClientCert::needs_tls(&settings.url.to_string()));
-    }
+    // The TLS files (a CA, a client certificate) are read by the backend: a client
+    // certificate for a remote that is not https is refused there.
     Ok(Arc::new(OpendalCache::open(
         &settings.url,
         &settings.s3,

@@ -10,7 +10,8 @@
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt, TryStreamExt};
 use heddle_cache::Digest;
-use opendal::layers::{RetryLayer, TimeoutLayer};
+use opendal::layers::{HttpClientLayer, RetryLayer, TimeoutLayer};
+use opendal::raw::HttpClient;
 use opendal::{services, ErrorKind, Operator};
 
 use crate::backend::{
@@ -18,6 +19,8 @@ use crate::backend::{
     RETRY_MIN_DELAY,
 };
 use crate::config::S3Settings;
+use crate::http_client::{is_https, HttpTls};
+use crate::tls_files::TlsFiles;
 use crate::webdav_upload::WebdavUpload;
 use crate::{RemoteError, RemoteUrl};
 
@@ -45,7 +48,9 @@ pub struct OpendalCache {
 
 impl OpendalCache {
     /// Connect lazily (no request is made here) to the service `url` names. `env` supplies
-    /// the AWS variables for S3 (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, ...).
+    /// the AWS variables for S3 (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, ...)
+    /// and, for a remote over https, the team's CA and client certificate (`tls_files.rs`),
+    /// whose files are read and checked here.
     pub fn open(
         url: &RemoteUrl,
         s3: &S3Settings,
@@ -57,6 +62,8 @@ impl OpendalCache {
             remote: name.clone(),
             source,
         };
+        let files = TlsFiles::from_env(env, &name)?;
+        let mut https = false;
         let builder = match url {
             RemoteUrl::S3 { bucket, prefix } => {
                 let mut b = services::S3::default()
@@ -75,6 +82,8 @@ impl OpendalCache {
                 if let Some(e) = &endpoint {
                     b = b.endpoint(e);
                 }
+                // No endpoint is AWS itself, over https.
+                https = endpoint.as_deref().is_none_or(is_https);
                 // S3-compatible servers (MinIO, Ceph, moto) ignore the region but the request
                 // signature needs one; AWS itself must be told.
                 match (&region, &endpoint) {
@@ -98,6 +107,7 @@ impl OpendalCache {
                 user,
                 password,
             } => {
+                https = is_https(endpoint);
                 let mut b = services::Webdav::default().endpoint(endpoint).root(path);
                 if let Some(u) = user {
                     b = b.username(u);
@@ -123,6 +133,15 @@ impl OpendalCache {
                 Operator::new(b).map_err(setup)?.finish()
             }
         };
+        let tls = HttpTls::for_endpoint(&files, https, &name)?;
+        // OpenDAL's default client has no timeouts of its own (the timeout layer below sets
+        // them); this one differs from it only in its roots and identity.
+        let builder = match &tls {
+            Some(tls) => builder.layer(HttpClientLayer::new(HttpClient::with(
+                tls.client(reqwest::Client::builder(), &name)?,
+            ))),
+            None => builder,
+        };
         let webdav = match url {
             RemoteUrl::WebDav {
                 endpoint,
@@ -136,6 +155,7 @@ impl OpendalCache {
                 password.clone(),
                 name.clone(),
                 timeouts,
+                tls.as_ref(),
             )?),
             _ => None,
         };

@@ -14,6 +14,7 @@ use futures_util::StreamExt;
 use heddle_cache::Digest;
 
 use crate::backend::{BlobStream, Timeouts};
+use crate::http_client::HttpTls;
 use crate::RemoteError;
 
 /// Where and how to PUT; built once per backend.
@@ -35,15 +36,18 @@ impl WebdavUpload {
         password: Option<String>,
         name: String,
         timeouts: Timeouts,
+        tls: Option<&HttpTls>,
     ) -> Result<WebdavUpload, RemoteError> {
-        let client = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .connect_timeout(timeouts.request)
-            .read_timeout(timeouts.idle)
-            .build()
-            .map_err(|e| RemoteError::BadUrl {
-                url: name.clone(),
-                reason: format!("failed to build an HTTP client: {e}"),
-            })?;
+            .read_timeout(timeouts.idle);
+        let client = match tls {
+            Some(tls) => tls.client(builder, &name)?,
+            None => builder.build().map_err(|source| RemoteError::HttpSetup {
+                remote: name.clone(),
+                source,
+            })?,
+        };
         let root = root.trim_matches('/');
         let base = match root {
             "" => endpoint.trim_end_matches('/').to_string(),

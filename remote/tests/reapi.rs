@@ -10,8 +10,8 @@ use common::*;
 use heddle_cache::{Digest, OutputEntry};
 use heddle_remote::{
     fetch_action, fetch_blob, push_action, upload_blob, ReapiCache, ReapiOptions, RemoteError,
-    RemoteUrl, Timeouts, REAPI_BATCH_MAX, REAPI_CA_FILE_VAR, REAPI_CLIENT_CERT_VAR,
-    REAPI_CLIENT_KEY_VAR, REAPI_HEADERS_VAR,
+    RemoteUrl, Timeouts, CA_FILE_VAR, CLIENT_CERT_VAR, CLIENT_KEY_VAR, REAPI_BATCH_MAX,
+    REAPI_HEADERS_VAR,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -36,7 +36,7 @@ async fn grpcs_round_trips_with_the_teams_ca_and_refuses_an_untrusted_server() {
     let url = format!("grpcs://127.0.0.1:{}/{REAPI_INSTANCE}", server.port);
     let open = |ca: Option<&std::path::Path>| {
         let env = |k: &str| {
-            ca.filter(|_| k == REAPI_CA_FILE_VAR)
+            ca.filter(|_| k == CA_FILE_VAR)
                 .map(|p| p.display().to_string())
         };
         open_reapi(&url, &env).unwrap()
@@ -72,9 +72,9 @@ async fn grpcs_shows_the_client_certificate_to_a_server_that_requires_one() {
     let open = |client: Option<(&str, &str)>| {
         let file = |name: &str| tls.join(name).display().to_string();
         let env = |k: &str| match k {
-            REAPI_CA_FILE_VAR => Some(file("ca.crt")),
-            REAPI_CLIENT_CERT_VAR => client.map(|(cert, _)| file(cert)),
-            REAPI_CLIENT_KEY_VAR => client.map(|(_, key)| file(key)),
+            CA_FILE_VAR => Some(file("ca.crt")),
+            CLIENT_CERT_VAR => client.map(|(cert, _)| file(cert)),
+            CLIENT_KEY_VAR => client.map(|(_, key)| file(key)),
             _ => None,
         };
         open_reapi(&url, &env)

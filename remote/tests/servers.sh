@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the servers the heddle-remote tests start on 127.0.0.1: moto (S3) in a venv,
-# nginx (WebDAV) from Debian's packages and BuildGrid (REAPI) in a second venv. Idempotent:
+# nginx (WebDAV, also over https with client certificates) from Debian's packages, openssl to
+# make the tests' certificates and BuildGrid (REAPI) in a second venv. Idempotent:
 # each step is skipped when done.
 #   bash remote/tests/servers.sh        (tests/all.sh calls it)
 # The tests find moto at target/remote-venv/bin/moto_server, nginx on PATH or /usr/sbin and
@@ -18,6 +19,11 @@ if ! { command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]]; } || [[ ! -f $da
     # Debian starts the packaged service; the tests run their own instance.
     (systemctl disable --now nginx 2>/dev/null || service nginx stop 2>/dev/null || true) >/dev/null
   fi
+fi
+
+# The TLS tests (https.rs, and reapi.rs's grpcs ones) make a CA and certificates with openssl.
+if ! command -v openssl >/dev/null; then
+  apt_install "the test CA's certificate maker" openssl || true
 fi
 
 python_venv "$root/target/remote-venv" moto_server "the S3 test server" 'moto[server]==5.1.*' boto3

@@ -1,9 +1,10 @@
 //! How heddle reaches a REAPI server: the endpoint (plain HTTP/2 or TLS), the timeouts, the
 //! headers every call carries (a bearer token, BuildBuddy's API key) and the client certificate
-//! a `grpcs://` server may ask for (mTLS). Credentials come from the environment only, never from a pipeline, a lock file or a config file a team shares,
-//! and are never printed: errors name a header, not its value.
+//! a `grpcs://` server may ask for (mTLS, read and checked by `tls_files.rs`, as for S3 and
+//! WebDAV over https). Credentials come from the environment only, never from a pipeline, a lock
+//! file or a config file a team shares, and are never printed: errors name a header, not its
+//! value.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue};
@@ -13,6 +14,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use tonic::{Request, Status};
 
 use crate::backend::Timeouts;
+use crate::tls_files::{ClientCertFiles, TlsFiles};
 use crate::RemoteError;
 
 /// The channel every client of one remote shares, with its headers added to each call.
@@ -25,8 +27,9 @@ pub const HEADERS_VAR: &str = "HEDDLE_REMOTE_HEADERS";
 /// How to reach one REAPI remote, read from the environment.
 #[derive(Debug, Clone, Default)]
 pub struct ReapiOptions {
-    /// `grpcs://`: TLS, with these roots and this client certificate.
-    pub tls: Option<ReapiTls>,
+    /// `grpcs://`: TLS, trusting the platform's roots plus these files' CA, and showing their
+    /// client certificate when asked.
+    pub tls: Option<TlsFiles>,
     pub headers: ReapiHeaders,
 }
 
@@ -38,12 +41,12 @@ impl ReapiOptions {
         env: &dyn Fn(&str) -> Option<String>,
         remote: &str,
     ) -> Result<ReapiOptions, RemoteError> {
-        let client = ReapiClientCert::from_env(env, remote)?;
-        if !tls && client.is_some() {
-            return Err(ReapiClientCert::needs_tls(remote));
+        let files = TlsFiles::from_env(env, remote)?;
+        if !tls && files.client.is_some() {
+            return Err(ClientCertFiles::needs_tls(remote));
         }
         Ok(ReapiOptions {
-            tls: tls.then(|| ReapiTls::from_env(env, client)),
+            tls: tls.then_some(files),
             headers: ReapiHeaders::parse(env(HEADERS_VAR).as_deref().unwrap_or(""), remote)?,
         })
     }
@@ -141,7 +144,7 @@ pub fn transport(
     })?;
     if let Some(tls) = &options.tls {
         endpoint = endpoint
-            .tls_config(tls.client_config(authority, remote)?)
+            .tls_config(client_config(tls, remote)?)
             .map_err(|source| RemoteError::TlsSetup {
                 remote: remote.to_string(),
                 source,
@@ -160,138 +163,26 @@ pub fn transport(
     ))
 }
 
-/// The environment variable naming a PEM file of CA certificates a `grpcs://` remote's
-/// certificate may chain to, besides the system's (a team's own CA, a self-signed server).
-pub const CA_FILE_VAR: &str = "HEDDLE_REMOTE_CA_FILE";
-
 /// How a `grpcs://` remote is trusted: the platform's root certificates (rustls-native-certs:
-/// the system store, or the file `SSL_CERT_FILE` names), plus the file [`CA_FILE_VAR`] names.
-/// The server's name is checked against the host in the URL. With `client`, heddle shows the
-/// server that certificate when asked (mTLS).
-#[derive(Debug, Clone, Default)]
-pub struct ReapiTls {
-    pub extra_ca: Option<PathBuf>,
-    pub client: Option<ReapiClientCert>,
-}
-
-impl ReapiTls {
-    pub fn from_env(
-        env: &dyn Fn(&str) -> Option<String>,
-        client: Option<ReapiClientCert>,
-    ) -> ReapiTls {
-        ReapiTls {
-            extra_ca: env(CA_FILE_VAR).filter(|v| !v.is_empty()).map(Into::into),
-            client,
-        }
+/// the system store, or the file `SSL_CERT_FILE` names), plus the CA file, if named. The
+/// server's name is checked against the host in the URL. With a client certificate, heddle
+/// shows the server that certificate when asked (mTLS).
+fn client_config(tls: &TlsFiles, remote: &str) -> Result<ClientTlsConfig, RemoteError> {
+    let mut config = ClientTlsConfig::new().with_native_roots();
+    if let Some(ca) = tls.read_ca(remote)? {
+        config = config.ca_certificate(Certificate::from_pem(ca.pem));
     }
-
-    fn client_config(&self, authority: &str, remote: &str) -> Result<ClientTlsConfig, RemoteError> {
-        let mut config = ClientTlsConfig::new().with_native_roots();
-        if let Some(path) = &self.extra_ca {
-            let pem = std::fs::read(path).map_err(|source| RemoteError::TlsCa {
-                path: path.clone(),
-                remote: remote.to_string(),
-                source,
-            })?;
-            config = config.ca_certificate(Certificate::from_pem(pem));
-        }
-        if let Some(client) = &self.client {
-            config = config.identity(client.identity(authority, remote)?);
-        }
-        Ok(config)
+    if let Some(client) = &tls.client {
+        let identity = client.read(remote)?;
+        config = config.identity(Identity::from_pem(identity.cert_pem, identity.key_pem));
     }
-}
-
-/// The environment variable naming the PEM file of the client certificate (and any
-/// intermediates after it) a `grpcs://` remote that checks clients' certificates is shown.
-pub const CLIENT_CERT_VAR: &str = "HEDDLE_REMOTE_CLIENT_CERT";
-/// The environment variable naming the PEM file of [`CLIENT_CERT_VAR`]'s private key.
-pub const CLIENT_KEY_VAR: &str = "HEDDLE_REMOTE_CLIENT_KEY";
-
-/// A client certificate and its key, as PEM files (bazel's `--tls_client_certificate` and
-/// `--tls_client_key`). The files are read when the remote is opened, once per run; the key's
-/// bytes are never printed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReapiClientCert {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-}
-
-impl ReapiClientCert {
-    /// [`CLIENT_CERT_VAR`] and [`CLIENT_KEY_VAR`], both or neither (an empty value is unset);
-    /// one without the other is an error naming the one missing.
-    pub fn from_env(
-        env: &dyn Fn(&str) -> Option<String>,
-        remote: &str,
-    ) -> Result<Option<ReapiClientCert>, RemoteError> {
-        let var = |name| env(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-        let missing = |set: &str, unset: &str| RemoteError::ClientCert {
-            remote: remote.to_string(),
-            reason: format!("{set} is set but {unset} is not: set both or neither"),
-        };
-        match (var(CLIENT_CERT_VAR), var(CLIENT_KEY_VAR)) {
-            (None, None) => Ok(None),
-            (Some(cert), Some(key)) => Ok(Some(ReapiClientCert { cert, key })),
-            (Some(_), None) => Err(missing(CLIENT_CERT_VAR, CLIENT_KEY_VAR)),
-            (None, Some(_)) => Err(missing(CLIENT_KEY_VAR, CLIENT_CERT_VAR)),
-        }
-    }
-
-    /// The error for a client certificate set for a remote that would not send it (`grpc://`,
-    /// S3, WebDAV): whoever set one expects the server to see it.
-    pub fn needs_tls(remote: &str) -> RemoteError {
-        RemoteError::ClientCert {
-            remote: remote.to_string(),
-            reason: format!(
-                "{CLIENT_CERT_VAR} and {CLIENT_KEY_VAR} are set but only a grpcs:// (TLS) \
-                 remote is sent a client certificate"
-            ),
-        }
-    }
-
-    /// Both files read and checked as a pair: each one a file of that kind of PEM block, and the
-    /// key the certificate's. `authority` is only there to build a throwaway TLS setup with the
-    /// pair alone, so that whatever rustls refuses is blamed on these two files.
-    fn identity(&self, authority: &str, remote: &str) -> Result<Identity, RemoteError> {
-        let read = |what: &'static str, path: &PathBuf, marker: &str| {
-            let bad = |source| RemoteError::TlsClientFile {
-                what,
-                path: path.clone(),
-                remote: remote.to_string(),
-                source,
-            };
-            let pem = std::fs::read(path).map_err(bad)?;
-            let text = String::from_utf8_lossy(&pem);
-            let found = text.lines().any(|l| {
-                let l = l.trim();
-                l.starts_with("-----BEGIN ") && l.ends_with(marker)
-            });
-            if !found {
-                return Err(bad(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("no PEM {what} in it (a -----BEGIN ...{marker} line)"),
-                )));
-            }
-            Ok(pem)
-        };
-        let cert = read("certificate", &self.cert, " CERTIFICATE-----")?;
-        let key = read("private key", &self.key, " PRIVATE KEY-----")?;
-        let identity = Identity::from_pem(cert, key);
-        Endpoint::from_shared(format!("https://{authority}"))
-            .and_then(|e| e.tls_config(ClientTlsConfig::new().identity(identity.clone())))
-            .map_err(|source| RemoteError::TlsClientPair {
-                cert: self.cert.clone(),
-                key: self.key.clone(),
-                remote: remote.to_string(),
-                source,
-            })?;
-        Ok(identity)
-    }
+    Ok(config)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tls_files::{CLIENT_CERT_VAR, CLIENT_KEY_VAR};
 
     #[test]
     fn headers_parse_per_line_or_comma_and_hide_their_values() {
@@ -345,48 +236,12 @@ mod tests {
     }
 
     #[test]
-    fn a_client_certificate_is_both_variables_or_neither() {
-        let read = |vars: &[(&str, &str)]| ReapiClientCert::from_env(&env_of(vars), "grpcs://h:1");
-        assert_eq!(read(&[]).unwrap(), None);
-        assert_eq!(
-            read(&[(CLIENT_CERT_VAR, ""), (CLIENT_KEY_VAR, "")]).unwrap(),
-            None,
-            "an empty value is unset"
-        );
-        assert_eq!(
-            read(&[(CLIENT_CERT_VAR, "/c.pem"), (CLIENT_KEY_VAR, "/k.pem")]).unwrap(),
-            Some(ReapiClientCert {
-                cert: "/c.pem".into(),
-                key: "/k.pem".into()
-            })
-        );
-        for (vars, reason) in [
-            (
-                [(CLIENT_CERT_VAR, "/c.pem"), (CLIENT_KEY_VAR, "")],
-                "HEDDLE_REMOTE_CLIENT_CERT is set but HEDDLE_REMOTE_CLIENT_KEY is not: set both or neither",
-            ),
-            (
-                [(CLIENT_KEY_VAR, "/k.pem"), ("OTHER", "")],
-                "HEDDLE_REMOTE_CLIENT_KEY is set but HEDDLE_REMOTE_CLIENT_CERT is not: set both or neither",
-            ),
-        ] {
-            let e = read(&vars).unwrap_err();
-            assert_eq!(
-                e.to_string(),
-                format!(
-                    "failed to use a client certificate for remote cache grpcs://h:1: {reason}"
-                )
-            );
-        }
-    }
-
-    #[test]
     fn a_client_certificate_goes_only_to_a_grpcs_remote() {
         let vars = [(CLIENT_CERT_VAR, "/c.pem"), (CLIENT_KEY_VAR, "/k.pem")];
         let o = ReapiOptions::from_env(true, &env_of(&vars), "grpcs://h:1/i").unwrap();
         assert_eq!(
             o.tls.unwrap().client.unwrap(),
-            ReapiClientCert {
+            ClientCertFiles {
                 cert: "/c.pem".into(),
                 key: "/k.pem".into()
             }
@@ -395,76 +250,13 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "failed to use a client certificate for remote cache grpc://h:1/i: \
-             HEDDLE_REMOTE_CLIENT_CERT and HEDDLE_REMOTE_CLIENT_KEY are set but only a grpcs:// \
-             (TLS) remote is sent a client certificate"
+             HEDDLE_REMOTE_CLIENT_CERT and HEDDLE_REMOTE_CLIENT_KEY are set but this remote does \
+             not use TLS, so the certificate would not be sent: use https (webdav+https://, an \
+             https:// S3 endpoint) or grpcs://"
         );
         assert!(ReapiOptions::from_env(false, &env_of(&[]), "grpc://h:1/i")
             .unwrap()
             .tls
             .is_none());
-    }
-
-    /// A file that cannot be read or holds no PEM block of its kind is named in the error, and
-    /// the key's bytes never are.
-    #[test]
-    fn an_unreadable_or_wrong_client_file_is_named() {
-        let dir = tempfile::tempdir().unwrap();
-        let cert_text = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
-        let key_text = "-----BEGIN PRIVATE KEY-----\nS3CR3T\n-----END PRIVATE KEY-----\n";
-        let file = |name: &str, text: &str| {
-            let p = dir.path().join(name);
-            std::fs::write(&p, text).unwrap();
-            p
-        };
-        let (cert, key) = (file("c.pem", cert_text), file("k.pem", key_text));
-        let missing = dir.path().join("missing.pem");
-        for (pair, what, path, cause) in [
-            (
-                (missing.clone(), key.clone()),
-                "certificate",
-                &missing,
-                "No such file",
-            ),
-            (
-                (cert.clone(), missing.clone()),
-                "private key",
-                &missing,
-                "No such file",
-            ),
-            (
-                (key.clone(), key.clone()),
-                "certificate",
-                &key,
-                "no PEM certificate in it",
-            ),
-            (
-                (cert.clone(), cert.clone()),
-                "private key",
-                &cert,
-                "no PEM private key in it",
-            ),
-        ] {
-            let client = ReapiClientCert {
-                cert: pair.0,
-                key: pair.1,
-            };
-            let e = client.identity("h:1", "grpcs://h:1").unwrap_err();
-            let chain = format!("{e}: {}", std::error::Error::source(&e).unwrap());
-            assert!(
-                chain.starts_with(&format!(
-                    "failed to read the client {what} {} for remote cache grpcs://h:1: ",
-                    path.display()
-                )),
-                "{chain}"
-            );
-            assert!(chain.contains(cause), "{chain}");
-            assert!(!chain.contains("S3CR3T"), "{chain}");
-        }
-        // Both files of the right kind, but not a certificate rustls can parse.
-        let e = ReapiClientCert { cert, key }
-            .identity("h:1", "grpcs://h:1")
-            .unwrap_err();
-        assert!(matches!(e, RemoteError::TlsClientPair { .. }), "{e:?}");
-        assert!(!format!("{e:?}").contains("S3CR3T"));
     }
 }

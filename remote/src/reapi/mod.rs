@@ -21,8 +21,9 @@
 //! recognises, so the run degrades to local work as with the other backends.
 //!
 //! `grpc://` is plain HTTP/2; `grpcs://` is TLS (rustls), trusting the system's roots and a
-//! team's CA file; every call can carry headers such as a bearer token or an API key
-//! ([`connect`]). No client certificates yet.
+//! team's CA file, and showing a client certificate when the server asks for one (the files
+//! are read by `tls_files.rs`, as for S3 and WebDAV over https); every call can carry headers
+//! such as a bearer token or an API key ([`connect`]).
 
 mod action;
 mod bytestream;
@@ -51,10 +52,7 @@ use crate::backend::{BlobStream, Endpoint, EntryBlobs, RemoteBackend, RemoteFutu
 use crate::RemoteError;
 
 pub(crate) use self::call::is_unavailable_code;
-pub use self::connect::{
-    ReapiClientCert, ReapiHeaders, ReapiOptions, ReapiTls, CA_FILE_VAR, CLIENT_CERT_VAR,
-    CLIENT_KEY_VAR, HEADERS_VAR,
-};
+pub use self::connect::{ReapiHeaders, ReapiOptions, HEADERS_VAR};
 
 /// Blobs up to this size go in one batch call; larger ones stream over ByteStream. Well under
 /// gRPC's default 4 MiB message limit, which servers apply to batch requests too.

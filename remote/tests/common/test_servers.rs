@@ -97,6 +97,26 @@ const DAV_EXT: &str = "/usr/lib/nginx/modules/ngx_http_dav_ext_module.so";
 
 /// nginx serving WebDAV from `<dir>/dav`, or `None` when skipped.
 pub fn start_nginx() -> Option<Server> {
+    start_nginx_with(false)
+}
+
+/// As [`start_nginx`], over https only, with a certificate for 127.0.0.1 from a CA made for the
+/// test (`<server dir>/tls/ca.crt`, [`make_test_ca`]), and refusing a client that does not show
+/// a certificate that CA signed (`ssl_verify_client on`): `tls/client.crt` and `client.key` are
+/// one.
+pub fn start_nginx_mtls() -> Option<Server> {
+    require("openssl (to make the test CA)", openssl_path())?;
+    start_nginx_with(true)
+}
+
+pub fn openssl_path() -> Option<PathBuf> {
+    ["/usr/bin/openssl", "/usr/local/bin/openssl"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+fn start_nginx_with(mtls: bool) -> Option<Server> {
     let nginx = require(
         "nginx with the dav-ext module (WebDAV test server)",
         nginx_path(),
@@ -106,6 +126,20 @@ pub fn start_nginx() -> Option<Server> {
     let d = dir.path();
     std::fs::create_dir_all(d.join("dav")).unwrap();
     std::fs::create_dir_all(d.join("logs")).unwrap();
+    let listen = if mtls {
+        make_test_ca(&d.join("tls"));
+        let tls = d.join("tls");
+        format!(
+            "listen 127.0.0.1:{port} ssl;
+    ssl_certificate {tls}/server.crt;
+    ssl_certificate_key {tls}/server.key;
+    ssl_client_certificate {tls}/ca.crt;
+    ssl_verify_client on;",
+            tls = tls.display()
+        )
+    } else {
+        format!("listen 127.0.0.1:{port};")
+    };
     // One process (no master): killing it kills the server. Workers would otherwise run as
     // the user that starts nginx (root in CI would otherwise become nobody,
     // who cannot write the temp dir).
@@ -124,7 +158,7 @@ http {{
   client_body_temp_path {d}/body;
   client_max_body_size 0;
   server {{
-    listen 127.0.0.1:{port};
+    {listen}
     root {d}/dav;
     location / {{
       dav_methods PUT DELETE MKCOL COPY MOVE;
@@ -241,7 +275,7 @@ pub fn make_test_jwt(secret: &str) -> String {
 /// Make, with openssl, in `dir`: `ca.crt` (a CA made for the test), `server.key`/`server.crt`
 /// for IP 127.0.0.1 and `client.key`/`client.crt` (a client certificate, for mTLS) it signs,
 /// and `stranger.key`/`stranger.crt`, a self-signed client certificate no server trusts.
-fn make_test_ca(dir: &Path) {
+pub fn make_test_ca(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(
         dir.join("server.ext"),
