@@ -297,3 +297,135 @@ fn a_dead_runs_sandbox_is_removed_by_the_next_run_and_by_gc_and_a_live_ones_kept
         );
     }
 }
+
+/// Whether this process is root; a root-only test skips otherwise (or fails under
+/// `HEDDLE_REQUIRE_ROOT=1`, which tests/all.sh sets when it runs as root).
+fn root_or_skip(what: &str) -> bool {
+    let root = unsafe { libc::geteuid() } == 0;
+    support::found_or_skip(root.then_some(()), "HEDDLE_REQUIRE_ROOT", what, "not root").is_some()
+}
+
+/// The mount points at or beneath `dir` (from /proc/self/mountinfo, octal escapes undone).
+fn mounts_beneath(dir: &Path) -> Vec<PathBuf> {
+    let unescape = |s: &str| {
+        let mut out = Vec::new();
+        let b = s.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'\\' && i + 3 < b.len() {
+                out.push(u8::from_str_radix(&s[i + 1..i + 4], 8).unwrap());
+                i += 4;
+            } else {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+        PathBuf::from(String::from_utf8(out).unwrap())
+    };
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .map(|l| unescape(l.split(' ').nth(4).unwrap()))
+        .filter(|m| m.starts_with(dir))
+        .collect()
+}
+
+/// Detaches whatever a failed test left mounted in its project, before the project's removal
+/// could delete through it.
+struct DetachOnDrop(PathBuf);
+
+impl Drop for DetachOnDrop {
+    fn drop(&mut self) {
+        for m in mounts_beneath(&self.0).iter().rev() {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(m)
+                .status();
+        }
+    }
+}
+
+/// A root stage bind-mounts a host folder into its sandbox and exits with it mounted: cleaning
+/// the sandbox (reused by the next stage, then removed at the run's end) deleted every file of
+/// the host folder through the mount and made it mode 0777. Now the mounts are detached and
+/// the host folder is untouched.
+#[test]
+fn a_bind_mount_a_stage_leaves_is_detached_never_emptied() {
+    if !root_or_skip("a bind mount left in a sandbox") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let p = Project::new();
+    let _detach = DetachOnDrop(p.root().to_path_buf());
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir(outside.path().join("sub")).unwrap();
+    std::fs::write(outside.path().join("sentinel.txt"), "kept").unwrap();
+    std::fs::write(outside.path().join("sub/s.txt"), "kept").unwrap();
+    std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o750)).unwrap();
+    p.file(
+        "p.toml",
+        &support::fill(
+            include_str!("fixtures/integrity/bind_mount.toml"),
+            &[("OUTSIDE", &outside.path().display().to_string())],
+        ),
+    );
+    p.run("p.toml", &["--jobs", "1"]).ok();
+    assert_eq!(p.read("out/mounts/b/o"), "a\n");
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("sentinel.txt")).unwrap(),
+        "kept"
+    );
+    assert!(outside.path().join("sub/s.txt").exists());
+    let mode = std::fs::metadata(outside.path())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o750);
+    assert_eq!(mounts_beneath(p.root()), Vec::<PathBuf>::new());
+    assert!(p.scratch_entries().is_empty(), "{:?}", p.scratch_entries());
+}
+
+/// A stage leaves folders a non-root user cannot read or empty (`chmod 000`, and its working
+/// folder read-only): the run's scratch folder stayed behind for good, and gc could not
+/// remove it either. Run as `nobody` when the test is root.
+#[test]
+fn a_locked_folder_a_stage_leaves_does_not_leak_its_sandbox() {
+    let p = Project::new();
+    one_stage(
+        &p,
+        "mkdir -p locked/sub && echo f > locked/sub/f && echo g > locked/g && \
+         chmod 000 locked/sub locked && chmod 555 . && echo x > {{ out.o }}",
+        "",
+    );
+    let mut cmd = if unsafe { libc::geteuid() } == 0 {
+        let chown = std::process::Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(p.root())
+            .status()
+            .unwrap();
+        assert!(chown.success());
+        let mut c = std::process::Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            support::bin(),
+        ]);
+        c
+    } else {
+        std::process::Command::new(support::bin())
+    };
+    let out = cmd
+        .current_dir(p.root())
+        .env("HEDDLE_CACHE_DIR", &p.cache)
+        .env("HEDDLE_CONFIG_DIR", p.path(".user-config"))
+        .args(["run", "p.toml", "--progress", "plain"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(p.scratch_entries().is_empty(), "{:?}", p.scratch_entries());
+}

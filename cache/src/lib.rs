@@ -79,6 +79,7 @@ mod fsutil;
 mod integrity;
 mod lock;
 mod maintenance;
+mod remove_tree;
 pub mod scratch;
 mod statcache;
 mod store;

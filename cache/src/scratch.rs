@@ -22,6 +22,7 @@ use std::fs::{self, File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+pub use crate::remove_tree::remove_tree;
 use crate::CacheError;
 
 /// A folder with no lock file this old is a creator's leftover, not a creation under way.
@@ -168,41 +169,6 @@ fn older_than(path: &Path, age: Duration) -> bool {
         .and_then(|m| m.modified())
         .map(|t| SystemTime::now().duration_since(t).unwrap_or_default() > age)
         .unwrap_or(false)
-}
-
-/// Remove a file or a tree. A stage may leave read-only folders behind (`chmod -w`), which
-/// would stop the removal of what is in them, so permissions are restored first.
-pub fn remove_tree(p: &Path) -> std::io::Result<()> {
-    let meta = match fs::symlink_metadata(p) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    if !meta.is_dir() {
-        return fs::remove_file(p);
-    }
-    if fs::remove_dir_all(p).is_ok() {
-        return Ok(());
-    }
-    make_writable(p);
-    fs::remove_dir_all(p)
-}
-
-fn make_writable(p: &Path) {
-    let Ok(meta) = fs::symlink_metadata(p) else {
-        return;
-    };
-    if meta.is_dir() {
-        let mut perm = meta.permissions();
-        #[allow(clippy::permissions_set_readonly_false)]
-        perm.set_readonly(false);
-        let _ = fs::set_permissions(p, perm);
-        if let Ok(rd) = fs::read_dir(p) {
-            for e in rd.flatten() {
-                make_writable(&e.path());
-            }
-        }
-    }
 }
 
 #[cfg(test)]
