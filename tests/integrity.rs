@@ -109,8 +109,51 @@ fn an_output_the_cache_cannot_store_fails_its_stage() {
         let s = &instance(&rec, label)["status"];
         assert_eq!(s["error_class"], "UnsafeOutput", "{label}: {}", r.stderr);
     }
-    assert_contains(error(instance(&rec, "fifo")), "unsupported file type");
+    assert_contains(
+        error(instance(&rec, "fifo")),
+        "/out/o/o.txt: it is a FIFO; only regular files, folders and symlinks are stored",
+    );
     assert_contains(error(instance(&rec, "latin1")), "not valid UTF-8");
+}
+
+/// A FIFO or a device named as a repo input: heddle refused it, saying what it is, instead of
+/// hanging on the FIFO's open (it did) or reading /dev/zero forever.
+#[cfg(unix)]
+#[test]
+fn a_fifo_or_a_device_named_as_an_input_is_refused_not_read() {
+    use std::time::Duration;
+    let p = Project::new();
+    fs::create_dir(p.path("data")).unwrap();
+    let fifo = p.path("data/fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    for (input, kind) in [("data/fifo", "a FIFO"), ("/dev/zero", "a character device")] {
+        p.file(
+            "p.toml",
+            &fill(
+                include_str!("fixtures/integrity/special_input.toml"),
+                &[("INPUT", input)],
+            ),
+        );
+        let mut child = p
+            .cmd(&["run", "p.toml", "--progress", "plain"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let status = support::process::wait_ended(&mut child, Duration::from_secs(30), input);
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert_eq!(status.code(), Some(2), "{input}: {stderr}");
+        let abs = if input.starts_with('/') {
+            input.to_string()
+        } else {
+            p.path(input).display().to_string()
+        };
+        assert_contains(
+            &stderr,
+            &format!("failed to hash {abs}: it is {kind}, not a regular file\n"),
+        );
+    }
 }
 
 #[test]

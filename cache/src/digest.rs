@@ -96,10 +96,38 @@ const HASH_BUF: usize = 128 * 1024;
 /// Files up to this size are read in one go and hashed from memory.
 pub(crate) const SMALL_FILE: u64 = 64 * 1024;
 
-/// The sha256 of a file's contents.
+/// The sha256 of a regular file's contents. Anything else is refused before a byte is read: a
+/// FIFO would block the read until a writer came (heddle hung on a FIFO named as a repo
+/// input), and `/dev/zero` would never end. The open does not block on a FIFO (`O_NONBLOCK`,
+/// which changes nothing for a regular file), and the type is checked on the open descriptor.
 pub fn hash_file(path: &Path) -> Result<Digest, CacheError> {
-    let mut file = File::open(path).map_err(CacheError::io("open", path))?;
+    let mut file = open_nonblocking(path).map_err(CacheError::io("open", path))?;
+    let ft = file
+        .metadata()
+        .map_err(CacheError::io("stat", path))?
+        .file_type();
+    if !ft.is_file() {
+        return Err(CacheError::NotAFile {
+            path: path.to_path_buf(),
+            kind: crate::fsutil::odd_kind(&ft),
+        });
+    }
     hash_reader(&mut file).map_err(CacheError::io("read", path))
+}
+
+fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+    }
+    #[cfg(not(unix))]
+    {
+        File::open(path)
+    }
 }
 
 pub(crate) fn hash_reader(r: &mut impl Read) -> std::io::Result<Digest> {

@@ -38,9 +38,12 @@ pub enum CacheError {
     #[error("failed to parse digest {input:?}: expected 64 lowercase hex characters")]
     BadDigest { input: String },
     #[error(
-        "failed to store {path}: unsupported file type (not a regular file, directory or symlink)"
+        "failed to store {path}: it is {kind}; only regular files, folders and symlinks are stored"
     )]
-    UnsupportedFileType { path: PathBuf },
+    UnsupportedFileType { path: PathBuf, kind: &'static str },
+    /// A FIFO or a device where a file is hashed: reading it could block or never end.
+    #[error("failed to hash {path}: it is {kind}, not a regular file")]
+    NotAFile { path: PathBuf, kind: &'static str },
     #[error("failed to encode path {path}: not valid UTF-8")]
     NonUtf8Path { path: PathBuf },
     #[error("failed to find blob {digest} in the store")]

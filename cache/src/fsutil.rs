@@ -148,6 +148,30 @@ pub(crate) fn is_executable(meta: &fs::Metadata) -> bool {
     }
 }
 
+/// What a file that is not a regular file, folder or symlink is, for an error message.
+pub(crate) fn odd_kind(ft: &fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if ft.is_fifo() {
+            return "a FIFO";
+        } else if ft.is_socket() {
+            return "a socket";
+        } else if ft.is_char_device() {
+            return "a character device";
+        } else if ft.is_block_device() {
+            return "a block device";
+        }
+    }
+    if ft.is_dir() {
+        "a folder"
+    } else if ft.is_symlink() {
+        "a symlink"
+    } else {
+        "not a regular file"
+    }
+}
+
 /// Number of hard links to the inode (1 where the platform cannot tell).
 pub(crate) fn nlink(meta: &fs::Metadata) -> u64 {
     #[cfg(unix)]

@@ -140,6 +140,13 @@ impl StatCache {
         path: &Path,
         meta: &fs::Metadata,
     ) -> Result<Digest, CacheError> {
+        if !meta.is_file() {
+            // Not even opened: opening some devices has effects of its own.
+            return Err(CacheError::NotAFile {
+                path: path.to_path_buf(),
+                kind: crate::fsutil::odd_kind(&meta.file_type()),
+            });
+        }
         let stamp = FileStamp::of(meta);
         if let Some(r) = self.map.lock().expect("stat cache poisoned").get(path) {
             if r.stamp.unchanged(&stamp) && r.trusted() {

@@ -72,6 +72,7 @@ impl Store {
         } else {
             Err(CacheError::UnsupportedFileType {
                 path: path.to_path_buf(),
+                kind: fsutil::odd_kind(&ft),
             })
         }
     }
@@ -94,6 +95,7 @@ impl Store {
         if !meta.is_file() {
             return Err(CacheError::UnsupportedFileType {
                 path: path.to_path_buf(),
+                kind: fsutil::odd_kind(&meta.file_type()),
             });
         }
         let executable = fsutil::is_executable(&meta);

@@ -161,7 +161,8 @@ fn walk(
                 executable,
             });
         } else {
-            return Err(CacheError::UnsupportedFileType { path });
+            let kind = crate::fsutil::odd_kind(&ft);
+            return Err(CacheError::UnsupportedFileType { path, kind });
         }
     }
     Ok(())
