@@ -12,6 +12,7 @@ mod artefacts;
 mod cli;
 mod commands;
 mod error;
+mod printable;
 mod progress;
 mod remote_cache;
 mod session;

@@ -11,6 +11,7 @@ use heddle_runner::sched::Event;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use crate::printable::printable;
 use crate::style::{self, Stream, Tone};
 
 /// A status word for stderr, where the display writes.
@@ -70,11 +71,12 @@ async fn lines(quiet: bool, mut rx: UnboundedReceiver<Event>) -> Tally {
     tally
 }
 
-/// The line `lines` prints for `ev`.
+/// The line `lines` prints for `ev`; what a stage controls in it (its label's matrix values,
+/// its error line) is made [`printable`], and heddle's own colours are not.
 fn print_line(err: &mut impl Write, ev: &Event) {
     match ev {
         Event::Started { label, reason, .. } => {
-            let _ = writeln!(err, "run     {label}  ({reason})");
+            let _ = writeln!(err, "run     {}  ({reason})", printable(label));
         }
         Event::Finished {
             label,
@@ -84,6 +86,8 @@ fn print_line(err: &mut impl Write, ev: &Event) {
             error,
             ..
         } => {
+            let label = printable(label);
+            let error = printable(error.as_deref().unwrap_or(""));
             let _ = match (status, cached) {
                 (Status::Ok, true) => {
                     writeln!(err, "{}  {label}", paint(Tone::Cached, "cached"))
@@ -94,15 +98,15 @@ fn print_line(err: &mut impl Write, ev: &Event) {
                 }
                 (Status::Failed, _) => {
                     let failed = paint(Tone::Failed, "FAILED");
-                    writeln!(err, "{failed}  {label}  {}", error.as_deref().unwrap_or(""))
+                    writeln!(err, "{failed}  {label}  {error}")
                 }
                 (Status::Skipped, _) => {
-                    writeln!(err, "skip    {label}  {}", error.as_deref().unwrap_or(""))
+                    writeln!(err, "skip    {label}  {error}")
                 }
             };
         }
         Event::Message(m) => {
-            let _ = writeln!(err, "note    {m}");
+            let _ = writeln!(err, "note    {}", printable(m));
         }
         Event::Line { .. } => {}
     }
@@ -130,13 +134,15 @@ async fn bar(total: usize, mut rx: UnboundedReceiver<Event>) -> Tally {
             Event::Started { id, label, .. } => {
                 let b = multi.add(ProgressBar::new_spinner());
                 b.set_style(line_style.clone());
-                b.set_prefix(label.clone());
+                b.set_prefix(printable(label).into_owned());
                 b.enable_steady_tick(Duration::from_millis(200));
                 bars.insert(*id, b);
             }
             Event::Line { id, line } => {
                 if let Some(b) = bars.get(id) {
-                    b.set_message(line.chars().take(160).collect::<String>());
+                    b.set_message(
+                        printable(&line.chars().take(160).collect::<String>()).into_owned(),
+                    );
                 }
             }
             Event::Finished {
@@ -152,15 +158,16 @@ async fn bar(total: usize, mut rx: UnboundedReceiver<Event>) -> Tally {
                 }
                 if *status == Status::Failed {
                     let _ = multi.println(format!(
-                        "{}  {label}  {}",
+                        "{}  {}  {}",
                         paint(Tone::Failed, "FAILED"),
-                        error.as_deref().unwrap_or("")
+                        printable(label),
+                        printable(error.as_deref().unwrap_or(""))
                     ));
                 }
                 main.inc(1);
             }
             Event::Message(m) => {
-                let _ = multi.println(format!("note    {m}"));
+                let _ = multi.println(format!("note    {}", printable(m)));
             }
         }
         count(&mut tally, &ev);

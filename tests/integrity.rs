@@ -156,6 +156,24 @@ fn a_fifo_or_a_device_named_as_an_input_is_refused_not_read() {
     }
 }
 
+/// A stage's error line full of terminal escapes and a byte that is not UTF-8: heddle shows
+/// the escapes as text, in the progress line and in the summary, and sends none of them.
+#[cfg(unix)]
+#[test]
+fn a_stages_terminal_escapes_are_shown_not_sent() {
+    let p = Project::with_pipeline(include_str!("fixtures/integrity/terminal_escapes.toml"));
+    let r = p.run("p.toml", &[]).code(1);
+    let shown = "EvilError: \\x1b]0;pwned\\x07 \\x1b[2J\\x0d over \u{fffd}";
+    assert_contains(&r.stderr, &format!("\nFAILED  s  {shown}\n"));
+    assert_contains(&r.stderr, &format!("\n  s FAILED {shown}\n"));
+    for c in ['\u{1b}', '\u{7}', '\r'] {
+        assert!(!r.stderr.contains(c), "{c:?} sent raw: {:?}", r.stderr);
+    }
+    let show = p.heddle(&["show", "last"]).ok();
+    assert_contains(&show.stdout, &format!("s  FAILED {shown}"));
+    assert!(!show.stdout.contains('\u{1b}'), "{:?}", show.stdout);
+}
+
 #[test]
 fn matrix_values_are_names_not_paths() {
     let p = Project::with_pipeline(include_str!("fixtures/integrity/matrix_names.toml"));

@@ -11,6 +11,7 @@ use heddle_runner::record::{self, ErrorClass, RunRecord, RunStatus, Status};
 use heddle_runner::sched::{self, RunOptions};
 
 use crate::error::{Error, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, EXIT_STAGE_FAILED};
+use crate::printable::printable;
 use crate::progress::{secs, ProgressMode};
 use crate::session::{self, default_jobs, display_rel, PipelineArgs, Session};
 use crate::style::{paint, Stream, Tone};
@@ -126,9 +127,10 @@ fn print_failures(rec: &RunRecord) {
     for (label, r) in &rec.instances {
         if r.status.status == Status::Failed {
             eprintln!(
-                "  {label} {} {}",
+                "  {} {} {}",
+                printable(label),
                 paint(Stream::Stderr, Tone::Failed, "FAILED"),
-                r.status.error.as_deref().unwrap_or("")
+                printable(r.status.error.as_deref().unwrap_or(""))
             );
             // A stage that printed nothing to stderr has no log file.
             if let Some([_, err]) = r.logs.as_ref().filter(|[_, e]| Path::new(e).exists()) {

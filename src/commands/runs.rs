@@ -6,6 +6,7 @@ use heddle_runner::record::{self, InstanceRecord, RunRecord, Status};
 
 use super::run_columns::{changed_text, columns, RunColumns};
 use crate::error::{Error, EXIT_OK};
+use crate::printable::printable;
 use crate::progress::secs;
 use crate::session::{display_rel, Session};
 use crate::style::{paint, Stream, Tone};
@@ -136,7 +137,7 @@ pub fn show(s: &Session, a: &ShowArgs) -> Result<i32, Error> {
         } else {
             format!("  [{}]", i.reason)
         };
-        println!("  {label:width$}  {}{why}", state(i));
+        println!("  {:width$}  {}{why}", printable(label), state(i));
     }
     Ok(EXIT_OK)
 }
@@ -153,7 +154,7 @@ fn state(i: &InstanceRecord) -> String {
         (Status::Failed, _) => format!(
             "{} {}",
             paint(Stream::Stdout, Tone::Failed, "FAILED"),
-            i.status.error.as_deref().unwrap_or("")
+            printable(i.status.error.as_deref().unwrap_or(""))
         ),
         (Status::Skipped, _) => format!(
             "skipped ({})",
