@@ -63,15 +63,27 @@ pub(crate) fn fill(class: &str) -> &'static str {
     }
 }
 
+/// A stage's Markdown as HTML that can do nothing but show it. Raw HTML is shown as text, never
+/// interpreted. Links and images become text too: `[x](javascript:…)` ran script when clicked
+/// and `![x](http://…)` made the page fetch from the network (a tracking pixel), and the page
+/// promises neither. A link shows as its text followed by its address in parentheses; an
+/// image as its alt text.
 fn markdown_html(md: &str) -> String {
+    use pulldown_cmark::{Event, Tag, TagEnd};
     let mut opts = pulldown_cmark::Options::empty();
     opts.insert(pulldown_cmark::Options::ENABLE_TABLES);
-    let parser = pulldown_cmark::Parser::new_ext(md, opts).map(|ev| match ev {
-        // Raw HTML inside an artefact is shown as text, never interpreted.
-        pulldown_cmark::Event::Html(h) | pulldown_cmark::Event::InlineHtml(h) => {
-            pulldown_cmark::Event::Text(h)
+    let mut links = Vec::new();
+    let parser = pulldown_cmark::Parser::new_ext(md, opts).filter_map(move |ev| match ev {
+        Event::Html(h) | Event::InlineHtml(h) => Some(Event::Text(h)),
+        Event::Start(Tag::Link { dest_url, .. }) => {
+            links.push(dest_url);
+            None
         }
-        e => e,
+        Event::End(TagEnd::Link) => links
+            .pop()
+            .map(|dest| Event::Text(format!(" ({dest})").into())),
+        Event::Start(Tag::Image { .. }) | Event::End(TagEnd::Image) => None,
+        e => Some(e),
     });
     let mut out = String::new();
     pulldown_cmark::html::push_html(&mut out, parser);

@@ -187,3 +187,28 @@ fn which(cmd: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(cmd).is_file()))
 }
+
+/// Params, matrix values, a stage's table and its error line are shown as text: no script, no
+/// event handler, no `javascript:` link, nothing fetched from the network. The table's link
+/// and image were rendered as `<a href="javascript:…">` and `<img src="http://…">`.
+#[test]
+fn nothing_a_stage_or_a_param_says_becomes_markup() {
+    let p = Project::with_pipeline(include_str!("fixtures/injection.toml"));
+    p.run("p.toml", &["--keep-going"]).code(1);
+    p.heddle(&["report", "-o", "report.html"]).ok();
+    let html = p.read("report.html").to_lowercase();
+    for banned in [
+        "<script",
+        "<img",
+        "<b ",
+        "<a ",
+        "javascript:alert(3)\"",
+        "onerror=alert(1)>",
+    ] {
+        assert_lacks(&html, banned);
+    }
+    assert_contains(&html, "click (javascript:alert(3))");
+    assert_contains(&html, "&lt;script&gt;alert(2)&lt;/script&gt;");
+    assert_contains(&html, "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;");
+    assert_contains(&html, "&lt;b onmouseover=alert(6)&gt;");
+}
