@@ -318,16 +318,16 @@ fn a_client_certificate_without_its_key_or_for_a_remote_without_tls_is_a_user_er
         &r.stderr,
         "HEDDLE_REMOTE_CLIENT_KEY is set but HEDDLE_REMOTE_CLIENT_CERT is not",
     );
-    for url in ["grpc://127.0.0.1:1/main", "s3://bucket/prefix"] {
+    for url in ["grpc://127.0.0.1:1/main", "webdav+http://127.0.0.1:1/x"] {
         let r = run(url, &[cert.clone(), key.clone()]).code(2);
-        assert_contains(&r.stderr, &format!("failed to use a client certificate for remote cache {url}: HEDDLE_REMOTE_CLIENT_CERT and HEDDLE_REMOTE_CLIENT_KEY are set but only a grpcs:// (TLS) remote is sent a client certificate"));
+        assert_contains(&r.stderr, &format!("failed to use a client certificate for remote cache {url}: HEDDLE_REMOTE_CLIENT_CERT and HEDDLE_REMOTE_CLIENT_KEY are set but this remote does not use TLS, so the certificate would not be sent: use https (webdav+https://, an https:// S3 endpoint) or grpcs://"));
     }
     // Both set, the certificate missing: named.
     let r = run("grpcs://127.0.0.1:1/main", &[cert.clone(), key.clone()]).code(2);
     assert_contains(
         &r.stderr,
         &format!(
-            "failed to read the client certificate {} for remote cache grpcs://127.0.0.1:1/main",
+            "failed to read the client certificate {} (HEDDLE_REMOTE_CLIENT_CERT) for remote cache grpcs://127.0.0.1:1/main",
             cert.1.display()
         ),
     );
