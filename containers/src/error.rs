@@ -72,6 +72,15 @@ pub enum ContainerError {
         source: bollard::errors::Error,
     },
 
+    /// A unit's lock container ([`crate::UnitTry`]) did not start.
+    #[error("failed to start lock container {container} (it runs `cat` from image {image})")]
+    StartLock {
+        container: String,
+        image: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+
     #[error("failed to start container {container}")]
     Start {
         container: String,

@@ -31,5 +31,5 @@ pub use spec::{
     ImageIdentity, LogLine, Mount, NetworkMode, PullPolicy, Stream, DEFAULT_STOP_GRACE,
 };
 pub use unit_lock::{
-    unit_container_name, BusyUnit, HeldUnit, UnitHolder, UnitTry, UNIT_POOL_LABEL,
+    holds_label, unit_container_name, BusyUnit, HeldUnit, UnitHolder, UnitTry, UNIT_POOL_LABEL,
 };

@@ -26,6 +26,7 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::Mutex;
 
 use bollard::models::{ContainerCreateBody, ContainerStateStatusEnum, HostConfig};
 use bollard::query_parameters::{
@@ -41,6 +42,14 @@ use crate::run::{AbortOnDrop, RemovalGuard};
 
 /// The label every lock container carries (its pool); listing by it finds them all.
 pub const UNIT_POOL_LABEL: &str = "heddle.unit.pool";
+
+/// The label a stage container carries for each unit its heddle held while it ran it
+/// (`heddle.holds.heddle-unit-hailo-0=true`): a container that outlives its heddle (kill -9
+/// stops nothing on the engine) still says which device it is using, so the next holder can
+/// wait for it ([`Engine::running_holders_of`]).
+pub fn holds_label(lock_name: &str) -> String {
+    format!("heddle.holds.{lock_name}")
+}
 
 /// Who holds (or held) a unit, as its lock container's labels say. The labels are a
 /// diagnostic only: nothing trusts them, the container's name is the lock.
@@ -59,7 +68,10 @@ pub struct UnitHolder {
 /// A unit's lock container that this heddle did not get.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BusyUnit {
-    /// The container's id: a stale one is removed by id, never by name.
+    pub pool: String,
+    pub unit: u32,
+    /// The container's id (its name while the engine cannot say more): a stale one is
+    /// removed by id, never by name.
     pub id: String,
     /// Running (or paused, restarting, being removed): a holder has it. False for a container
     /// that was created and not started, or has exited: its holder is between create and start,
@@ -80,10 +92,13 @@ pub enum UnitTry {
 /// running. Dropping it releases the unit (a removal is spawned, and the closed connection
 /// frees the unit even if that removal never runs); [`HeldUnit::release`] does it now.
 pub struct HeldUnit {
+    pool: String,
+    unit: u32,
     name: String,
     guard: RemovalGuard,
-    /// Keeps the container's stdin open. Dropped last, after the removal.
-    stdin: Option<Pin<Box<dyn AsyncWrite + Send>>>,
+    /// Keeps the container's stdin open; never written. Dropped last, after the removal. (In a
+    /// mutex only so that a held unit is `Sync`, as the scheduler's futures must be.)
+    stdin: Option<Mutex<Pin<Box<dyn AsyncWrite + Send>>>>,
     /// Reads the attach stream until it ends, to say so if it ends while held.
     watch: Option<AbortOnDrop<()>>,
 }
@@ -102,9 +117,11 @@ pub fn unit_container_name(pool: &str, unit: u32) -> String {
     format!("heddle-unit-{pool}-{unit}")
 }
 
-/// How many times a 409 whose container is gone by the time it is inspected (released in
-/// between) is tried again at once, before it counts as busy.
-const RACES: usize = 3;
+/// How many times a 409 whose container cannot be inspected is tried again, a little later
+/// each time, before it counts as busy. The engine reserves a name before the container it
+/// names can be inspected, and frees it only after the removal, so a create racing another
+/// heddle's create or release sees this window.
+const RACES: u32 = 4;
 
 impl Engine {
     /// Try once to take the unit `holder` names, with a lock container from `image` (an image
@@ -115,7 +132,10 @@ impl Engine {
         holder: &UnitHolder,
     ) -> Result<UnitTry, ContainerError> {
         let name = unit_container_name(&holder.pool, holder.unit);
-        for _ in 0..RACES {
+        for race in 0..RACES {
+            if race > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(10 << race)).await;
+            }
             let options = CreateContainerOptions {
                 name: Some(name.clone()),
                 ..Default::default()
@@ -126,12 +146,12 @@ impl Engine {
                 .await
             {
                 Ok(created) => {
-                    if let Some(held) = self.hold(created.id, &name).await? {
+                    if let Some(held) = self.hold(created.id, image, holder).await? {
                         return Ok(UnitTry::Taken(held));
                     }
                 }
                 Err(e) if is_conflict(&e) => {
-                    if let Some(busy) = self.inspect_unit(&name).await? {
+                    if let Some(busy) = self.inspect_unit(holder, &name).await? {
                         return Ok(UnitTry::Busy(busy));
                     }
                 }
@@ -144,6 +164,8 @@ impl Engine {
             }
         }
         Ok(UnitTry::Busy(BusyUnit {
+            pool: holder.pool.clone(),
+            unit: holder.unit,
             id: name,
             running: true,
             holder: None,
@@ -152,9 +174,17 @@ impl Engine {
 
     /// Attach to the new lock container's stdin, then start it. `None` when it was removed in
     /// between (a waiter took it for a dead creator's): the caller tries again.
-    async fn hold(&self, id: String, name: &str) -> Result<Option<HeldUnit>, ContainerError> {
+    async fn hold(
+        &self,
+        id: String,
+        image: &str,
+        holder: &UnitHolder,
+    ) -> Result<Option<HeldUnit>, ContainerError> {
+        let name = &unit_container_name(&holder.pool, holder.unit);
         // From here on, any early return removes the container.
         let mut held = HeldUnit {
+            pool: holder.pool.clone(),
+            unit: holder.unit,
             name: name.to_string(),
             guard: RemovalGuard {
                 docker: self.docker.clone(),
@@ -182,8 +212,9 @@ impl Engine {
             Ok(()) => {}
             Err(e) if is_not_found(&e) => return Ok(None),
             Err(source) => {
-                return Err(ContainerError::Start {
+                return Err(ContainerError::StartLock {
                     container: name.to_string(),
+                    image: image.to_string(),
                     source,
                 })
             }
@@ -200,12 +231,16 @@ impl Engine {
                  connection dropped?); another heddle may take the unit now"
             );
         })));
-        held.stdin = Some(attach.input);
+        held.stdin = Some(Mutex::new(attach.input));
         Ok(Some(held))
     }
 
-    /// The lock container called `name`, if it exists.
-    async fn inspect_unit(&self, name: &str) -> Result<Option<BusyUnit>, ContainerError> {
+    /// The lock container called `name` (of the unit `wanted` asks for), if it exists.
+    async fn inspect_unit(
+        &self,
+        wanted: &UnitHolder,
+        name: &str,
+    ) -> Result<Option<BusyUnit>, ContainerError> {
         let inspect = match self
             .docker
             .inspect_container(name, None::<InspectContainerOptions>)
@@ -223,6 +258,8 @@ impl Engine {
         let status = inspect.state.and_then(|s| s.status);
         let labels = inspect.config.and_then(|c| c.labels).unwrap_or_default();
         Ok(Some(BusyUnit {
+            pool: wanted.pool.clone(),
+            unit: wanted.unit,
             id: inspect.id.unwrap_or_else(|| name.to_string()),
             running: !matches!(
                 status,
@@ -234,6 +271,45 @@ impl Engine {
             ),
             holder: UnitHolder::from_labels(&labels),
         }))
+    }
+
+    /// The running containers (stages) labelled as holding the unit whose lock container is
+    /// `lock_name` ([`holds_label`]), with their labels.
+    pub async fn running_holders_of(
+        &self,
+        lock_name: &str,
+    ) -> Result<Vec<(String, HashMap<String, String>)>, ContainerError> {
+        let label = format!("{}=true", holds_label(lock_name));
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(HashMap::from([
+                ("label".to_string(), vec![label.clone()]),
+                (
+                    "status".to_string(),
+                    ["running", "paused", "restarting"]
+                        .map(String::from)
+                        .to_vec(),
+                ),
+            ])),
+            ..Default::default()
+        };
+        let list = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|source| ContainerError::List { label, source })?;
+        Ok(list
+            .into_iter()
+            .filter_map(|c| Some((c.id?, c.labels.unwrap_or_default())))
+            .collect())
+    }
+
+    /// Return once container `id` is not running, or the engine cannot say.
+    pub async fn wait_stopped(&self, id: &str) {
+        let options = WaitContainerOptions {
+            condition: "not-running".to_string(),
+        };
+        let _ = self.docker.wait_container(id, Some(options)).next().await;
     }
 
     /// Every lock container on this engine, in pool and unit order (for `heddle status`).
@@ -259,14 +335,17 @@ impl Engine {
             .filter_map(|c| {
                 use bollard::models::ContainerSummaryStateEnum as S;
                 let running = !matches!(c.state, Some(S::CREATED | S::EXITED | S::DEAD));
+                let holder = UnitHolder::from_labels(c.labels.as_ref()?)?;
                 Some(BusyUnit {
-                    holder: UnitHolder::from_labels(c.labels.as_ref()?),
+                    pool: holder.pool.clone(),
+                    unit: holder.unit,
+                    holder: Some(holder),
                     id: c.id?,
                     running,
                 })
             })
             .collect();
-        locks.sort_by_key(|l| l.holder.as_ref().map(|h| (h.pool.clone(), h.unit)));
+        locks.sort_by(|a, b| (&a.pool, a.unit).cmp(&(&b.pool, b.unit)));
         Ok(locks)
     }
 
@@ -297,6 +376,11 @@ impl HeldUnit {
     /// The lock container's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The pool and the unit's index in it.
+    pub fn unit(&self) -> (&str, u32) {
+        (&self.pool, self.unit)
     }
 
     /// Release the unit now: remove the lock container (the next waiter's create succeeds as
