@@ -439,6 +439,7 @@ outputs = { a = "a.txt" }
             host: Arc::new(crate::exec::host::HostExecutor),
             docker: None,
             placement: Default::default(),
+            engines: Default::default(),
         }
     }
 

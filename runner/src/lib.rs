@@ -10,6 +10,7 @@
 
 pub mod cmd_exe;
 pub mod diag;
+pub mod engine_units;
 pub mod exec;
 pub mod explain;
 pub mod holder_file;

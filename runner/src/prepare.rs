@@ -37,6 +37,9 @@ pub struct Context {
     pub docker: Option<Arc<dyn Executor>>,
     /// Which configured hosts may run each container stage (`hosts.toml`).
     pub placement: Placement,
+    /// Every engine connected, by address (`None`: the default one); the Docker executor runs
+    /// containers on them, and the scheduler takes engine-wide units there.
+    pub engines: BTreeMap<Option<String>, Engine>,
 }
 
 impl Context {
@@ -117,9 +120,13 @@ pub async fn prepare(
     let repo_inputs = hash_repo_inputs(&plan, &stats)?;
     let envs = resolve_envs(&plan, &store, &opts, log).await?;
     let placement = place(&plan.pipeline, &opts.hosts)?;
-    let (images, unresolved, docker) = resolve_images(&plan, &placement, &opts).await?;
+    let (images, unresolved, engines) = resolve_images(&plan, &placement, &opts).await?;
+    let docker = engines
+        .as_ref()
+        .map(|e| Arc::new(DockerExecutor { engines: e.clone() }) as Arc<dyn Executor>);
     Ok(Context {
         placement,
+        engines: engines.unwrap_or_default(),
         unresolved,
         plan,
         store,
@@ -230,11 +237,11 @@ async fn resolve_envs(
 }
 
 /// Identities found (reference → id), references that could not be resolved (with why; only
-/// when not `strict_images`), and the Docker executor over every engine connected.
+/// when not `strict_images`), and every engine connected (`None` when none was asked for).
 type ResolvedImages = (
     BTreeMap<String, ImageIdentity>,
     BTreeMap<String, String>,
-    Option<Arc<dyn Executor>>,
+    Option<BTreeMap<Option<String>, Engine>>,
 );
 
 /// Resolve each image reference on its stage's engine (`docker_host`), or on every host a
@@ -248,7 +255,7 @@ async fn resolve_images(
 ) -> Result<ResolvedImages, PrepareError> {
     let p = &plan.pipeline;
     let mut images = BTreeMap::new();
-    let mut docker = None;
+    let mut connected = None;
     let mut wanted: BTreeSet<(Option<String>, String, String)> = BTreeSet::new();
     for i in &plan.instances {
         let (Some(c), Some(image)) = (p.stages[i.stage].container.as_ref(), i.image.as_ref())
@@ -322,9 +329,9 @@ async fn resolve_images(
             resolved_on.entry(image).or_insert(on);
             images.insert(image.clone(), id);
         }
-        docker = Some(Arc::new(DockerExecutor { engines }) as Arc<dyn Executor>);
+        connected = Some(engines);
     }
-    Ok((images, unresolved, docker))
+    Ok((images, unresolved, connected))
 }
 
 /// Digest every file of a `uses` folder (skipping Python caches and dot files), through the

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use heddle_runner::engine_units::{self, HostLocks};
 use heddle_runner::host_pool::{self, UnitHolder};
 use heddle_runner::lock::{self, LockFile};
 use heddle_runner::sched::{self, PlanRow, RunOptions};
@@ -75,10 +76,11 @@ pub async fn status(s: &Session, a: &StatusArgs) -> Result<i32, Error> {
         .into_iter()
         .filter(|h| plan.pipeline.host_pools.contains(&h.pool))
         .collect();
+    let engine_held = engine_locks(&ctx).await;
     if a.json {
-        print_json(&path, &cmp, &held);
+        print_json(&path, &cmp, &held, &engine_held);
     } else {
-        print_text(&path, &cmp, &held);
+        print_text(&path, &cmp, &held, &engine_held);
     }
     Ok(if a.check && (cmp.changed > 0 || !cmp.removed.is_empty()) {
         EXIT_STAGE_FAILED
@@ -87,16 +89,55 @@ pub async fn status(s: &Session, a: &StatusArgs) -> Result<i32, Error> {
     })
 }
 
-fn print_json(path: &Path, cmp: &Comparison, held: &[UnitHolder]) {
+/// Each configured host with engine-wide pools, by name, and what its engine says of them
+/// (asked of every host at once, each with a short limit).
+async fn engine_locks(ctx: &sched::Context) -> Vec<(String, HostLocks)> {
+    let hosts: Vec<_> = ctx
+        .placement
+        .hosts()
+        .filter(|h| !h.engine_wide.is_empty())
+        .collect();
+    let locks = futures_util::future::join_all(hosts.iter().map(|h| engine_units::locks_on(h)));
+    hosts
+        .iter()
+        .map(|h| h.name.clone())
+        .zip(locks.await)
+        .collect()
+}
+
+fn print_json(
+    path: &Path,
+    cmp: &Comparison,
+    held: &[UnitHolder],
+    engine_held: &[(String, HostLocks)],
+) {
     let held: Vec<_> = held
         .iter()
         .map(|h| serde_json::json!({"pool": h.pool, "unit": h.unit, "pid": h.pid, "run": h.run_id, "instance": h.instance, "since_unix": h.since_unix}))
         .collect();
-    let v = serde_json::json!({"lock": path, "instances": cmp.rows, "removed": cmp.removed, "host_units_held": held});
+    let mut engine_units = Vec::new();
+    let mut unreachable = Vec::new();
+    for (host, locks) in engine_held {
+        match locks {
+            HostLocks::Held(locks) => engine_units.extend(locks.iter().filter_map(|l| {
+                let h = l.holder.as_ref()?;
+                Some(serde_json::json!({"host": host, "pool": h.pool, "unit": h.unit, "pid": h.pid, "hostname": h.hostname, "run": h.run, "instance": h.instance, "since_unix": h.since_unix, "running": l.running}))
+            })),
+            HostLocks::Unreachable(why) => {
+                unreachable.push(serde_json::json!({"host": host, "reason": why}))
+            }
+        }
+    }
+    let v = serde_json::json!({"lock": path, "instances": cmp.rows, "removed": cmp.removed, "host_units_held": held, "engine_units_held": engine_units, "hosts_unreachable": unreachable});
     println!("{}", serde_json::to_string_pretty(&v).expect("json"));
 }
 
-fn print_text(path: &Path, cmp: &Comparison, held: &[UnitHolder]) {
+fn print_text(
+    path: &Path,
+    cmp: &Comparison,
+    held: &[UnitHolder],
+    engine_held: &[(String, HostLocks)],
+) {
     for h in held {
         println!(
             "held     {}#{} by pid {}, run {} ({}), since {}",
@@ -107,6 +148,24 @@ fn print_text(path: &Path, cmp: &Comparison, held: &[UnitHolder]) {
             h.instance,
             h.since_unix.map_or("?".into(), |t| format!("unix {t}")),
         );
+    }
+    for (host, locks) in engine_held {
+        match locks {
+            HostLocks::Held(locks) => {
+                for l in locks {
+                    let Some(h) = &l.holder else { continue };
+                    println!(
+                        "held     {}#{} on host {host} by {}",
+                        h.pool,
+                        h.unit,
+                        engine_units::describe(l)
+                    );
+                }
+            }
+            HostLocks::Unreachable(why) => {
+                println!("unknown  units on host {host}: unreachable ({why})")
+            }
+        }
     }
     let rows = &cmp.rows;
     let width = rows.iter().map(|r| r.label.len()).max().unwrap_or(0);

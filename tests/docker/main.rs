@@ -2,7 +2,9 @@
 //! their outputs, a cache hit creates no container, the image id (not the tag) enters the key
 //! ([`caching`]); Ctrl-C, timeouts and crashes leave no container behind ([`lifecycle`]); inputs
 //! are read-only, the network is off by default, outputs belong to the invoking user
-//! ([`sandbox`]); and environment problems stop a run before any stage starts ([`environment`]).
+//! ([`sandbox`]); environment problems stop a run before any stage starts ([`environment`]); and
+//! a configured host's engine-wide pool is one unit for every heddle using the engine
+//! ([`engine_units`]).
 //!
 //! Containers are counted through the engine: `docker events` (created containers, matched to
 //! a run by their `heddle.run` label, [`events`]) and `Engine::count_labelled` (containers that
@@ -44,6 +46,7 @@ macro_rules! busybox_test {
 }
 
 mod caching;
+mod engine_units;
 mod environment;
 mod events;
 mod lifecycle;

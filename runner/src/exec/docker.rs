@@ -71,6 +71,7 @@ impl ContainerRequest {
             docker_host: c.docker_host.clone(),
             transfer: c.transfer,
             placed_on: None,
+            holds: Vec::new(),
         }
     }
 
@@ -269,6 +270,9 @@ fn container_labels(
     if let Some(name) = &c.placed_on {
         labels.insert("heddle.placed-on".to_string(), name.clone());
     }
+    for lock in &c.holds {
+        labels.insert(heddle_containers::holds_label(lock), "true".to_string());
+    }
     labels
 }
 
@@ -385,6 +389,7 @@ mod tests {
             docker: "tcp://127.0.0.1:2375".into(),
             tls: None,
             pools: BTreeMap::new(),
+            engine_wide: Default::default(),
             transfer: Transfer::Archive,
             defined_at: "hosts.toml:1:8".into(),
         };
@@ -401,6 +406,7 @@ mod tests {
             docker_host: None,
             transfer,
             placed_on: None,
+            holds: Vec::new(),
         };
         let placed = req(Transfer::Auto).on_host(&host);
         assert_eq!(placed.docker_host.as_deref(), Some("tcp://127.0.0.1:2375"));

@@ -65,6 +65,9 @@ pub struct ContainerRequest {
     pub transfer: Transfer,
     /// The configured host (`hosts.toml`) the instance was placed on, if any.
     pub placed_on: Option<String>,
+    /// The lock containers of the engine-wide units held for it: the container is labelled
+    /// with each ([`heddle_containers::holds_label`]).
+    pub holds: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

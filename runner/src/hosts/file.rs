@@ -2,7 +2,7 @@
 //! checked [`Host`]. Every mistake is a [`Diagnostic`] at the key that holds it (file:line:col,
 //! the line, a caret), unknown keys included, with a did-you-mean when one is near.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use heddle_containers::TlsFiles;
@@ -12,6 +12,7 @@ use toml::Spanned;
 use super::{Host, Hosts};
 use crate::diag::{did_you_mean, Diagnostic, Diagnostics, Source};
 use crate::model::Transfer;
+use crate::pool_spec::{self, Scope};
 
 /// Where the docs say what each key means; every help line points there.
 const DOCS: &str = "docs/scale-out.md";
@@ -184,7 +185,7 @@ fn check_host(src: &Source, name: &Spanned<String>, raw: RawHost) -> Result<Host
             key: expand(base, t.key.get_ref()),
         }
     });
-    let pools = check_pools(src, name, raw.pools, &mut errors);
+    let (pools, engine_wide) = check_pools(src, name, raw.pools, &mut errors);
     let transfer = check_transfer(src, name, raw.transfer.as_ref(), &mut errors);
     match docker {
         Some(docker) if errors.is_empty() => {
@@ -194,6 +195,7 @@ fn check_host(src: &Source, name: &Spanned<String>, raw: RawHost) -> Result<Host
                 docker: docker.into_inner(),
                 tls,
                 pools,
+                engine_wide,
                 transfer,
                 defined_at: format!("{}:{line}:{col}", src.path.display()),
             })
@@ -202,30 +204,60 @@ fn check_host(src: &Source, name: &Spanned<String>, raw: RawHost) -> Result<Host
     }
 }
 
-/// A host's `[hosts.NAME.pools]`: each a positive number of units.
+/// A host's `[hosts.NAME.pools]`: each a positive number of units (this run's), or
+/// `{ units = N, scope = "host" }` (shared by every heddle on the engine, [`pool_spec`]).
+/// Returns the sizes and the engine-wide pools.
 fn check_pools(
     src: &Source,
     name: &Spanned<String>,
     raw: BTreeMap<Spanned<String>, Spanned<toml::Value>>,
     errors: &mut Vec<Diagnostic>,
-) -> BTreeMap<String, u32> {
+) -> (BTreeMap<String, u32>, BTreeSet<String>) {
     let mut pools = BTreeMap::new();
+    let mut engine_wide = BTreeSet::new();
     for (pool, size) in raw {
-        match size.get_ref().as_integer().map(u32::try_from) {
-            Some(Ok(n)) if n > 0 => {
-                pools.insert(pool.into_inner(), n);
+        let spec = match pool_spec::parse(size.get_ref()) {
+            Ok(spec) => spec,
+            Err(why) => {
+                errors.push(src.error(
+                    Some(size.span()),
+                    format!(
+                        "host `{}`: pool `{}`: {why}",
+                        name.get_ref(),
+                        pool.get_ref()
+                    ),
+                ));
+                continue;
             }
-            _ => errors.push(src.error(
-                Some(size.span()),
-                format!(
-                    "host `{}`: pool `{}` needs a positive number of units",
-                    name.get_ref(),
-                    pool.get_ref()
-                ),
-            )),
+        };
+        if spec.scope == Scope::Host {
+            // Its lock containers are named after it, and the engine takes few characters.
+            if !container_name_safe(pool.get_ref()) {
+                errors.push(src.error(
+                    Some(pool.span()),
+                    format!(
+                        "host `{}`: pool `{}` is shared on the engine (scope = \"host\"), so \
+                         its name must be letters, digits, `_`, `.` or `-`",
+                        name.get_ref(),
+                        pool.get_ref()
+                    ),
+                ));
+                continue;
+            }
+            engine_wide.insert(pool.get_ref().clone());
         }
+        pools.insert(pool.into_inner(), spec.units);
     }
-    pools
+    (pools, engine_wide)
+}
+
+/// Whether `pool` may be part of a container name (`[a-zA-Z0-9][a-zA-Z0-9_.-]*` after heddle's
+/// prefix).
+fn container_name_safe(pool: &str) -> bool {
+    !pool.is_empty()
+        && pool
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
 /// A host's `transfer`: how inputs and outputs reach its engine.
@@ -331,13 +363,50 @@ transfer = "archive"
             e.contains("is not unix://, tcp://, ssh:// or npipe://"),
             "{e}"
         );
-        assert!(
-            e.contains("pool `gpu` needs a positive number of units"),
-            "{e}"
-        );
+        assert!(e.contains("pool `gpu`: needs a positive size"), "{e}");
         assert!(e.contains("transfer must be"), "{e}");
         assert!(e.contains("host `b` has no `docker` address"), "{e}");
         assert!(e.ends_with("4 errors"), "{e}");
+    }
+
+    #[test]
+    fn a_pool_may_be_shared_by_every_heddle_on_the_engine() {
+        let hosts = parse(
+            "[hosts.devbox]\ndocker = \"tcp://devbox:2375\"\n\
+             pools = { gpu = 2, hailo = { units = 1, scope = \"host\" }, npu = { units = 3 } }\n",
+        )
+        .unwrap();
+        let h = &hosts[0];
+        assert_eq!(
+            h.pools,
+            BTreeMap::from([("gpu".into(), 2), ("hailo".into(), 1), ("npu".into(), 3)])
+        );
+        assert_eq!(h.engine_wide, BTreeSet::from(["hailo".to_string()]));
+    }
+
+    #[test]
+    fn a_scope_other_than_run_or_host_points_at_the_pool() {
+        let e = parse(
+            "[hosts.devbox]\ndocker = \"tcp://devbox:2375\"\npools = { hailo = { units = 1, scope = \"planet\" } }\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "error: host `devbox`: pool `hailo`: `scope` is \"run\" or \"host\"\n  --> hosts.toml:3:19\n  |\n3 | pools = { hailo = { units = 1, scope = \"planet\" } }\n  |                   ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^"
+        );
+    }
+
+    #[test]
+    fn an_engine_wide_pool_needs_a_name_the_engine_takes() {
+        let e = parse(
+            "[hosts.a]\ndocker = \"tcp://a:1\"\npools = { \"hai lo\" = { units = 1, scope = \"host\" } }\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("pool `hai lo` is shared on the engine (scope = \"host\"), so its name must be letters, digits, `_`, `.` or `-`"),
+            "{e}"
+        );
+        assert!(e.contains("hosts.toml:3:11"), "{e}");
     }
 
     #[test]

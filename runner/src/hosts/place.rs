@@ -119,6 +119,7 @@ mod tests {
             docker: format!("tcp://{name}:2375"),
             tls: None,
             pools: pools.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            engine_wide: Default::default(),
             transfer: Transfer::Auto,
             defined_at: "hosts.toml:1:1".into(),
         };

@@ -23,20 +23,22 @@ use crate::sandbox::{check_inputs, lay_out, Sandbox};
 use super::outcome::{cancelled, failed, heddle_error};
 use super::{blocking, Event, Shared};
 
-/// Run instance `id` once: its stored outputs, or how it failed.
+/// Run instance `id` once: its stored outputs, or how it failed. `holds` names the lock
+/// containers of the engine-wide units held for it.
 pub(super) async fn attempt_once(
     sh: &Shared,
     id: usize,
     inputs: &BTreeMap<String, Resolved>,
     exec: &dyn Executor,
     record: &mut InstanceRecord,
+    holds: &[String],
 ) -> Result<BTreeMap<String, OutputEntry>, StatusRecord> {
     let inst = &sh.ctx.plan.instances[id];
     let sandbox = open_sandbox(sh, id, inputs)
         .await
         .map_err(|e| heddle_error(inst, e))?;
     let sb = sandbox.path().to_path_buf();
-    let req = request(sh, id, inputs, exec, &sb, record);
+    let req = request(sh, id, inputs, exec, &sb, record, holds);
     let stderr_log = req.stderr_log.clone();
     let t_exec = Instant::now();
     let outcome = run(sh, id, exec, req).await;
@@ -116,6 +118,7 @@ fn request(
     exec: &dyn Executor,
     sb: &Path,
     record: &mut InstanceRecord,
+    holds: &[String],
 ) -> ExecRequest {
     let ctx = &sh.ctx;
     let inst = &ctx.plan.instances[id];
@@ -137,10 +140,12 @@ fn request(
         (Some(c), Some(image)) => {
             let req = ContainerRequest::for_instance(&ctx.images, c, image, inst.gpus.as_ref());
             // Placed: on the configured host whose units it holds.
-            match record.host.as_deref().and_then(|h| ctx.placement.host(h)) {
-                Some(host) => Some(req.on_host(host)),
-                None => Some(req),
-            }
+            let mut req = match record.host.as_deref().and_then(|h| ctx.placement.host(h)) {
+                Some(host) => req.on_host(host),
+                None => req,
+            };
+            req.holds = holds.to_vec();
+            Some(req)
         }
         _ => None,
     };

@@ -9,6 +9,7 @@ use heddle_cache::{ActionEntry, Digest, KeyLock, OutputEntry};
 use serde_json::json;
 use tokio::sync::SemaphorePermit;
 
+use crate::engine_units::{self, EngineUnitError, EngineUnits};
 use crate::explain::{explain_with, Earlier};
 use crate::host_pool::{self, HostPoolError, HostUnits};
 use crate::inputs::Resolved;
@@ -62,7 +63,7 @@ async fn miss(
     let stage = sh.ctx.plan.stage_of(id);
     let cacheable = sh.opts.may_use_cache(stage);
     record.reason = why_it_runs(sh, id, &parts).await.to_string();
-    let held = match hold_resources(sh, id).await {
+    let mut held = match hold_resources(sh, id).await {
         Ok(held) => held,
         Err(status) => return conclude(sh, id, record, status),
     };
@@ -81,7 +82,11 @@ async fn miss(
     } else {
         None
     };
-    let outputs = execute(sh, id, &inputs, &mut record, t0).await;
+    let holds = held.engine_units.names();
+    let outputs = execute(sh, id, &inputs, &mut record, t0, &holds).await;
+    // The device is free once the stage has ended: release the engine's lock containers now,
+    // not on drop (a spawned removal), so the next heddle's wait ends as early as it can.
+    held.engine_units.release().await;
     match outputs {
         Ok(outputs) => {
             if stage.settings.cache {
@@ -197,11 +202,13 @@ async fn why_it_runs(sh: &Shared, id: usize, parts: &KeyParts) -> Reason {
 }
 
 /// What a running instance holds until it ends: resource units, host-wide units, the units
-/// of the configured host it was placed on, and a job slot unless it was placed.
+/// of the configured host it was placed on (this run's, then the engine-wide ones every heddle
+/// shares), and a job slot unless it was placed.
 struct Held<'a> {
     _permits: Vec<SemaphorePermit<'a>>,
     _host_units: Vec<HostUnits>,
     _placed: Vec<SemaphorePermit<'a>>,
+    engine_units: EngineUnits,
     /// The configured host it runs on, for a placed stage.
     host: Option<String>,
     _job: Option<SemaphorePermit<'a>>,
@@ -241,6 +248,16 @@ async fn hold_resources(sh: &Shared, id: usize) -> Result<Held<'_>, StatusRecord
             _ = sh.cancel.graceful.cancelled() => return Err(stopped()),
         }
     };
+    // On the host just picked, even if another frees up meanwhile (crate::engine_units).
+    let engine_units = match &host {
+        Some(h) => tokio::select! {
+            u = take_engine_units(sh, id, h) => u.map_err(|e| {
+                heddle_error(inst, heddle_cache::error_chain(&e))
+            })?,
+            _ = sh.cancel.graceful.cancelled() => return Err(stopped()),
+        },
+        None => EngineUnits::default(),
+    };
     // `--jobs` bounds what runs here. A placed instance runs on its host's engine, bounded by
     // that host's pools (taken above), so it takes no local slot: a GPU box's stage does not
     // wait behind the laptop's own work.
@@ -255,9 +272,54 @@ async fn hold_resources(sh: &Shared, id: usize) -> Result<Held<'_>, StatusRecord
         _permits: permits,
         _host_units: host_units,
         _placed: placed,
+        engine_units,
         host,
         _job: job,
     })
+}
+
+/// The units of host `host`'s engine-wide pools that instance `id` asks for, taken with lock
+/// containers from the instance's image (resolved on that engine before the run started).
+async fn take_engine_units(
+    sh: &Shared,
+    id: usize,
+    host: &str,
+) -> Result<EngineUnits, EngineUnitError> {
+    let ctx = &sh.ctx;
+    let inst = &ctx.plan.instances[id];
+    let host = ctx
+        .placement
+        .host(host)
+        .expect("placed on a configured host");
+    let wants = engine_units::engine_wide_wants(host, &ctx.plan.stage_of(id).settings.resources);
+    if wants.is_empty() {
+        return Ok(EngineUnits::default());
+    }
+    let not_connected = || EngineUnitError::NotConnected {
+        host: host.name.clone(),
+    };
+    let engine = ctx
+        .engines
+        .get(&Some(host.docker.clone()))
+        .ok_or_else(not_connected)?;
+    let image = inst
+        .image
+        .as_ref()
+        .expect("a placed stage runs in a container");
+    let image = ctx
+        .images
+        .get(image)
+        .map_or(image.as_str(), |i| i.id.as_str());
+    let taker = engine_units::Taker {
+        run: &sh.opts.run_id,
+        instance: &inst.label,
+    };
+    let tell = |text: String| {
+        let _ = sh
+            .events
+            .send(Event::Message(format!("{}: {text}", inst.label)));
+    };
+    engine_units::take(engine, host, image, &wants, taker, &tell).await
 }
 
 /// Take `want` units of a host-wide pool ([`crate::host_pool`]), polling while they are
@@ -326,13 +388,14 @@ async fn single_flight(
 }
 
 /// Run the command, retrying a failure up to the stage's `retries` (never an interrupted one),
-/// and time it in the record.
+/// and time it in the record. `holds` names the engine-wide units' lock containers held for it.
 async fn execute(
     sh: &Arc<Shared>,
     id: usize,
     inputs: &BTreeMap<String, Resolved>,
     record: &mut InstanceRecord,
     t0: Duration,
+    holds: &[String],
 ) -> Result<BTreeMap<String, OutputEntry>, StatusRecord> {
     let inst = &sh.ctx.plan.instances[id];
     let stage = sh.ctx.plan.stage_of(id);
@@ -345,7 +408,7 @@ async fn execute(
     let mut attempt = 0;
     let result = loop {
         attempt += 1;
-        match attempt_once(sh, id, inputs, exec.as_ref(), record).await {
+        match attempt_once(sh, id, inputs, exec.as_ref(), record, holds).await {
             Err(status)
                 if attempt <= stage.settings.retries
                     && status.error_class != Some(ErrorClass::Interrupted)

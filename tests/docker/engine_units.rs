@@ -1,0 +1,274 @@
+//! Engine-wide pools (issue 10): a configured host's pool declared `{ units = 1, scope =
+//! "host" }` in hosts.toml is one unit for every heddle that places stages on that engine, not
+//! one per run. Here the "device host" is the local engine over TCP (as another machine's
+//! engine would be), and two separate projects, each with its own cache, stand for two
+//! engineers' heddles: their device stages never overlap, a holder killed with SIGKILL frees
+//! the unit (its lock container disappears) and its orphaned stage still finishes before the
+//! next one starts, and `heddle status` names the holder.
+//!
+//! Each test uses its own pool name, so its lock containers (`heddle-unit-<pool>-<unit>`) are
+//! its own even when other tests or test processes share the engine.
+
+use std::io::Read;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use crate::support::process::{signal, wait_ended, wait_for, Running, SIGKILL};
+use crate::support::{assert_contains, docker, fill, Project};
+use crate::{unique, BUSYBOX};
+
+/// A project (its own folder and cache) whose hosts.toml configures `far` at `engine` with
+/// the engine-wide pool `pool`, and whose pipeline `name` has one device stage on it that
+/// sleeps `sleep` seconds.
+fn device_project(engine: &str, pool: &str, name: &str, sleep: &str) -> Project {
+    let p = Project::with_hosts(&hosts(engine, pool));
+    p.file(
+        "p.toml",
+        &fill(
+            include_str!("fixtures/engine_unit.toml"),
+            &[
+                ("NAME", name),
+                ("POOL", pool),
+                ("SLEEP", sleep),
+                ("BUSYBOX", BUSYBOX),
+            ],
+        ),
+    );
+    p
+}
+
+fn hosts(engine: &str, pool: &str) -> String {
+    format!("[hosts.far]\ndocker = \"{engine}\"\npools = {{ {pool} = {{ units = 1, scope = \"host\" }} }}\n")
+}
+
+/// `heddle run p.toml` in `p`, in the background, its output kept for later.
+fn spawn_run(p: &Project) -> Child {
+    p.cmd(&["run", "p.toml", "--progress", "plain"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Wait for `child` (bounded), then its exit status and stderr.
+fn finish(child: &mut Child, what: &str) -> (std::process::ExitStatus, String) {
+    let status = wait_ended(child, Duration::from_secs(90), what);
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    (status, stderr)
+}
+
+/// The device stage's (start, end) in kernel uptime seconds.
+fn interval(p: &Project, name: &str) -> (f64, f64) {
+    let at = |edge: &str| -> f64 {
+        p.read(&format!("out/{name}/probe/{edge}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    (at("start"), at("end"))
+}
+
+/// The lock containers of `pool` on the engine, running or not: `name id` lines.
+fn lock_containers(pool: &str) -> Vec<String> {
+    let out = docker::cli(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("name=heddle-unit-{pool}-"),
+        "--format",
+        "{{.Names}} {{.ID}}",
+    ]);
+    out.lines().map(str::to_string).collect()
+}
+
+/// The engine's id of the running lock container of `pool`'s unit 0, once there is one.
+fn wait_for_lock(pool: &str, holder: &mut Child) -> String {
+    let mut id = String::new();
+    wait_for("the lock container", Duration::from_secs(30), || {
+        assert!(
+            holder.try_wait().unwrap().is_none(),
+            "the holder ended first"
+        );
+        let o = std::process::Command::new("docker")
+            .args([
+                "inspect",
+                "-f",
+                "{{.State.Running}} {{.Id}}",
+                &format!("heddle-unit-{pool}-0"),
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        match text.trim().strip_prefix("true ") {
+            Some(i) => {
+                id = i.to_string();
+                true
+            }
+            None => false,
+        }
+    });
+    id
+}
+
+fn kernel_uptime() -> f64 {
+    std::fs::read_to_string("/proc/uptime")
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn two_heddles_never_run_a_device_stage_of_one_engine_wide_unit_at_once() {
+    let (_d, _gc) = engine!();
+    let tcp = docker::engine_over_tcp();
+    let pool = unique("hailo");
+    let a = device_project(&tcp, &pool, "dev-a", "2");
+    let b = device_project(&tcp, &pool, "dev-b", "2");
+    let (mut ra, mut rb) = (spawn_run(&a), spawn_run(&b));
+    let (sa, ea) = finish(&mut ra, "run a");
+    let (sb, eb) = finish(&mut rb, "run b");
+    assert!(sa.success(), "{ea}");
+    assert!(sb.success(), "{eb}");
+    let (ia, ib) = (interval(&a, "dev-a"), interval(&b, "dev-b"));
+    let (first, second) = if ia.0 <= ib.0 { (ia, ib) } else { (ib, ia) };
+    assert!(first.1 <= second.0, "overlap: {first:?} and {second:?}");
+    let waited = format!("probe: waiting for `{pool}` on host far, held by pid ");
+    assert!(
+        ea.contains(&waited) || eb.contains(&waited),
+        "one run says whom it waits for:\n{ea}\n{eb}"
+    );
+    assert_eq!(lock_containers(&pool), Vec::<String>::new(), "none left");
+}
+
+#[test]
+fn a_holder_killed_with_sigkill_frees_the_unit_and_its_stage_ends_first() {
+    let (d, _gc) = engine!();
+    let tcp = docker::engine_over_tcp();
+    let pool = unique("hailo");
+    let a = device_project(&tcp, &pool, "kill-a", "6");
+    let b = device_project(&tcp, &pool, "kill-b", "0");
+    let mut ra = spawn_run(&a);
+    let pid_a = ra.id();
+    let lock_a = wait_for_lock(&pool, &mut ra);
+    let mut rb = spawn_run(&b);
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(rb.try_wait().unwrap().is_none(), "b waits for the unit");
+
+    signal(pid_a, SIGKILL);
+    let _ = ra.wait();
+    let killed_at = kernel_uptime();
+    // The engine removes a dead holder's lock container (b's own may already be there).
+    wait_for("a's lock container to go", Duration::from_secs(5), || {
+        !lock_containers(&pool)
+            .iter()
+            .any(|l| lock_a.starts_with(l.split(' ').nth(1).unwrap_or("-")))
+    });
+    let gone_after = kernel_uptime() - killed_at;
+
+    let (sb, eb) = finish(&mut rb, "run b after a died");
+    assert!(sb.success(), "{eb}");
+    assert_contains(
+        &eb,
+        &format!("probe: waiting for `{pool}` on host far, held by pid {pid_a} on "),
+    );
+    // a's stage container outlived a (nothing stops it when its heddle dies): b's stage ran
+    // only after it ended, though the unit was free before.
+    let orphan = docker::cli(&[
+        "ps",
+        "-a",
+        "-q",
+        "--filter",
+        &format!("label=heddle.pid={pid_a}"),
+    ]);
+    assert_eq!(orphan.lines().count(), 1, "a's stage container");
+    let logs = docker::cli(&["logs", orphan.trim()]);
+    let edges: Vec<f64> = logs.lines().map(|l| l.trim().parse().unwrap()).collect();
+    assert_eq!(edges.len(), 2, "b ended while a's stage still ran: {logs}");
+    let orphan_end = edges[1];
+    let (b_start, _) = interval(&b, "kill-b");
+    assert!(
+        b_start >= orphan_end,
+        "b started at {b_start}, a's stage ended at {orphan_end}"
+    );
+    assert_contains(
+        &eb,
+        "still running on host far, left by a heddle that lost the unit",
+    );
+    d.rt.block_on(
+        d.engine
+            .remove_labelled(Some(("heddle.pid", &pid_a.to_string()))),
+    )
+    .unwrap();
+
+    assert!(gone_after < 5.0, "{gone_after}");
+    wait_for("no lock container left", Duration::from_secs(5), || {
+        lock_containers(&pool).is_empty()
+    });
+}
+
+/// `heddle status` in another project configured with the same host names the holder of the
+/// engine-wide unit (who, where, which run and instance, since when) and says which host did
+/// not answer.
+#[test]
+fn status_names_the_holder_of_an_engine_wide_unit() {
+    let (_d, _gc) = engine!();
+    let tcp = docker::engine_over_tcp();
+    let pool = unique("hailo");
+    let a = device_project(&tcp, &pool, "held", "60");
+    let mut holder = Running(spawn_run(&a));
+    let pid = holder.0.id();
+    wait_for_lock(&pool, &mut holder.0);
+
+    let observer = Project::with_hosts(&format!(
+        "{}[hosts.dead]\ndocker = \"tcp://127.0.0.1:1\"\npools = {{ npu = {{ units = 2, scope = \"host\" }} }}\n",
+        hosts(&tcp, &pool)
+    ));
+    observer.file(
+        "p.toml",
+        "[pipeline]\nname = \"observer\"\n[stages.noop]\nrun = \"true\"\n",
+    );
+    observer.run("p.toml", &[]).ok();
+    let status = observer.heddle(&["status", "p.toml"]).ok();
+    let text = status
+        .stdout
+        .replace(&pool, "[POOL]")
+        .replace(&format!("pid {pid} "), "pid [PID] ")
+        .replace(
+            &format!(" on {},", heddle_runner::sched::hostname()),
+            " on [HOSTNAME],",
+        );
+    assert_eq!(
+        normalise_run_and_since(&text),
+        "unknown  units on host dead: unreachable (cannot reach the Docker Engine at \
+         tcp://127.0.0.1:1: connection refused — is the daemon running and listening at that \
+         address?)\n\
+         held     [POOL]#0 on host far by pid [PID] on [HOSTNAME], run [RUN] (probe), since unix [T]\n\
+         same     noop\n\
+         1 instances against p.lock: 1 as locked, 0 changed, 0 removed\n"
+    );
+}
+
+/// `run X (` and `since unix N` with their values replaced.
+fn normalise_run_and_since(text: &str) -> String {
+    text.lines()
+        .map(|l| {
+            let mut l = l.to_string();
+            if let (Some(a), Some(b)) = (l.find(", run "), l.find(" (probe)")) {
+                l.replace_range(a + ", run ".len()..b, "[RUN]");
+            }
+            if let Some(a) = l.find("since unix ") {
+                l.replace_range(a + "since unix ".len().., "[T]");
+            }
+            l + "\n"
+        })
+        .collect()
+}
