@@ -13,7 +13,7 @@ use support::process::{
     assert_gone, signal, wait_ended, wait_for, wait_for_pid, Running, SIGHUP, SIGTERM,
 };
 use support::records::assert_interrupted;
-use support::{instance, Project};
+use support::{assert_contains, instance, Project};
 
 /// A pipeline of one stage running `run` (a TOML basic string's content), with `extra` keys.
 fn one_stage(p: &Project, run: &str, extra: &str) {
@@ -428,4 +428,51 @@ fn a_locked_folder_a_stage_leaves_does_not_leak_its_sandbox() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(p.scratch_entries().is_empty(), "{:?}", p.scratch_entries());
+}
+
+/// A sandbox that cannot be removed at the end of a run (a root stage left an immutable file
+/// in it) is named in a warning with the OS reason, instead of being left behind in silence;
+/// once the file can go, `heddle cache gc` removes it.
+#[test]
+fn a_sandbox_that_cannot_be_removed_is_named_with_the_reason() {
+    if !root_or_skip("an immutable file left in a sandbox") {
+        return;
+    }
+    let p = Project::with_pipeline(include_str!("fixtures/integrity/immutable_file.toml"));
+    let r = p.run("p.toml", &[]).ok();
+    let stuck: Vec<PathBuf> = walk(&p.cache.join("scratch"))
+        .into_iter()
+        .filter(|f| f.file_name().is_some_and(|n| n == "stuck"))
+        .collect();
+    // Cleared before any assertion, so a failure does not leave an undeletable temp dir.
+    for f in &stuck {
+        std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(f)
+            .status()
+            .unwrap();
+    }
+    assert_eq!(stuck.len(), 1, "{stuck:?}");
+    assert_contains(&r.stderr, "could not remove the sandbox ");
+    assert_contains(
+        &r.stderr,
+        ": Operation not permitted (os error 1) (the next run or `heddle cache gc` tries again)",
+    );
+    assert_eq!(p.read("out/stuck/a/o"), "a\n");
+    p.heddle(&["cache", "gc"]).ok();
+    assert!(p.scratch_entries().is_empty(), "{:?}", p.scratch_entries());
+}
+
+/// Every file beneath `dir`, not following links.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let t = e.file_type().unwrap();
+        if t.is_dir() {
+            files.extend(walk(&e.path()));
+        } else {
+            files.push(e.path());
+        }
+    }
+    files
 }

@@ -151,17 +151,23 @@ fn try_lock_dead(dir: &Path) -> Option<Result<File, ()>> {
 
 /// Remove a run folder whose lock is held. On Windows an open file cannot be removed, so the
 /// lock file goes last, after its handle is closed; nobody locks it again, since a creator only
-/// locks the file of a folder it has just made.
+/// locks the file of a folder it has just made. When something in the folder cannot be removed
+/// (a stage's immutable file), the lock file stays: a folder with an unlocked lock file is a
+/// dead run's, which the next sweep removes at once, while one without could be a run still
+/// being created, which a sweep spares for [`UNLOCKED_GRACE`].
 fn remove_locked(dir: &Path, lock: Option<File>) {
+    let mut emptied = true;
     if let Ok(entries) = fs::read_dir(dir) {
         for e in entries.flatten() {
-            if e.file_name() != "lock" {
-                let _ = remove_tree(&e.path());
+            if e.file_name() != "lock" && remove_tree(&e.path()).is_err() {
+                emptied = false;
             }
         }
     }
     drop(lock);
-    let _ = remove_tree(dir);
+    if emptied {
+        let _ = remove_tree(dir);
+    }
 }
 
 fn older_than(path: &Path, age: Duration) -> bool {

@@ -108,15 +108,22 @@ impl SandboxPool {
         }
     }
 
-    /// Remove every sandbox this pool made, and the run's folder (the end of a run).
-    pub fn remove_all(&self) {
+    /// Remove every sandbox this pool made, and the run's folder (the end of a run). Returns
+    /// the sandboxes that could not be removed, each with the reason (a mount a stage left
+    /// that would not detach, say), for the run to report; the next run's or `heddle cache
+    /// gc`'s sweep of stale scratch tries them again.
+    pub fn remove_all(&self) -> Vec<(PathBuf, std::io::Error)> {
+        let mut left = Vec::new();
         for p in self.all.lock().expect("sandbox pool").drain(..) {
-            let _ = remove_tree(&p);
+            if let Err(e) = remove_tree(&p) {
+                left.push((p, e));
+            }
         }
         self.free.lock().expect("sandbox pool").clear();
         if let Some(run) = self.run.lock().expect("sandbox pool").take() {
             run.remove();
         }
+        left
     }
 }
 

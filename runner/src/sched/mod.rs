@@ -102,7 +102,12 @@ pub async fn run(ctx: Context, opts: RunOptions, events: UnboundedSender<Event>)
     #[cfg(target_os = "linux")]
     crate::exec::contain::sweep_run().await;
     let pool = shared.sandboxes.clone();
-    blocking(move || pool.remove_all()).await;
+    for (path, e) in blocking(move || pool.remove_all()).await {
+        let _ = shared.events.send(Event::Message(format!(
+            "could not remove the sandbox {}: {e} (the next run or `heddle cache gc` tries again)",
+            path.display()
+        )));
+    }
     let _ = shared.ctx.stats.save();
     walk.into_record(&shared, started_unix_ms)
 }
