@@ -7,10 +7,10 @@
 //!
 //! The lock container runs `cat` from the stage's image (already on that engine) with its stdin
 //! open to the holder only (OpenStdin, StdinOnce, AutoRemove). heddle attaches to that stdin
-//! before it starts the container and keeps the connection open for as long as it holds the
-//! unit. When heddle dies, kill -9 included, its kernel closes the connection, the engine closes
-//! the container's stdin, `cat` ends and AutoRemove deletes the container: the engine frees the
-//! unit as the kernel frees a flock. Checked on Docker 20.10 before building on it, over the
+//! (and stdout, see [`HeldUnit::lost`]) before it starts the container and keeps the
+//! connection open for as long as it holds the unit. When heddle dies, kill -9 included, its
+//! kernel closes the connection, the engine closes the container's stdin, `cat` ends and
+//! AutoRemove deletes the container: the engine frees the unit as the kernel frees a flock. Checked on Docker 20.10 before building on it, over the
 //! unix socket and over a TCP proxy: the container is gone within half a second of the holder's
 //! kill -9. Releasing on purpose is a forced removal, which frees the name before it returns.
 //!
@@ -18,6 +18,9 @@
 //! message and `heddle status`) and deliberately not `heddle.managed`: `heddle gc --containers`
 //! must never remove a live lock (its holder may be another machine's heddle), and a dead
 //! holder's lock container removes itself.
+//!
+//! A stage container that outlives its heddle still uses the device, so stage containers carry
+//! a label per unit held for them ([`holds_label`]) for the next holder to wait on.
 //!
 //! Not decided here: how long to wait, in what order pools are taken, and when a lock container
 //! that is not running is stale. A holder between create and start looks exactly like one that
@@ -35,6 +38,7 @@ use bollard::query_parameters::{
 };
 use futures_util::StreamExt;
 use tokio::io::AsyncWrite;
+use tokio::sync::oneshot;
 
 use crate::engine::{force_remove, is_conflict, is_not_found, Engine};
 use crate::error::ContainerError;
@@ -101,6 +105,8 @@ pub struct HeldUnit {
     stdin: Option<Mutex<Pin<Box<dyn AsyncWrite + Send>>>>,
     /// Reads the attach stream until it ends, to say so if it ends while held.
     watch: Option<AbortOnDrop<()>>,
+    /// Told by `watch` when that happens ([`HeldUnit::lost`]).
+    lost: Option<oneshot::Receiver<()>>,
 }
 
 impl std::fmt::Debug for HeldUnit {
@@ -192,9 +198,14 @@ impl Engine {
             },
             stdin: None,
             watch: None,
+            lost: None,
         };
+        // Stdout too, though `cat` never writes (nothing is sent to it): with stdin alone the
+        // engine keeps the connection after the container is gone, and the holder could not
+        // learn that it lost the unit.
         let options = AttachContainerOptions {
             stdin: true,
+            stdout: true,
             stream: true,
             ..Default::default()
         };
@@ -220,17 +231,13 @@ impl Engine {
             }
         }
         let mut output = attach.output;
-        let watched = name.to_string();
-        let engine = self.host().to_string();
+        let (tell, lost) = oneshot::channel();
         held.watch = Some(AbortOnDrop(tokio::spawn(async move {
             while output.next().await.is_some() {}
             // Aborted on release, so reaching here means the connection ended while held.
-            tracing::warn!(
-                container = %watched,
-                "the engine at {engine} ended the lock container while this run held it (the \
-                 connection dropped?); another heddle may take the unit now"
-            );
+            let _ = tell.send(());
         })));
+        held.lost = Some(lost);
         held.stdin = Some(Mutex::new(attach.input));
         Ok(Some(held))
     }
@@ -383,6 +390,13 @@ impl HeldUnit {
         (&self.pool, self.unit)
     }
 
+    /// Answers `Ok(())` if the attach connection ends while the unit is held (the engine ended
+    /// the lock container, or the network dropped it: another heddle may take the unit now),
+    /// and an error once the unit is released or dropped. Given out once.
+    pub fn lost(&mut self) -> Option<oneshot::Receiver<()>> {
+        self.lost.take()
+    }
+
     /// Release the unit now: remove the lock container (the next waiter's create succeeds as
     /// soon as this returns), then close its stdin.
     pub async fn release(mut self) -> Result<(), ContainerError> {
@@ -412,6 +426,7 @@ fn lock_body(image: &str, holder: &UnitHolder) -> ContainerCreateBody {
         open_stdin: Some(true),
         stdin_once: Some(true),
         attach_stdin: Some(true),
+        attach_stdout: Some(true),
         tty: Some(false),
         host_config: Some(HostConfig {
             auto_remove: Some(true),

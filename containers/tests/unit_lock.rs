@@ -162,3 +162,48 @@ async fn a_lock_container_never_started_is_not_running_and_can_be_removed() {
     };
     held.release().await.unwrap();
 }
+
+/// A unit whose lock container the engine ends while it is held (here removed by hand, as
+/// when the holder's connection is dropped) tells its holder.
+#[tokio::test]
+async fn a_holder_learns_when_its_lock_container_is_ended() {
+    let (engine, image) = engine!();
+    let pool = pool();
+    let UnitTry::Taken(mut held) = engine
+        .try_take_unit(&image, &holder(&pool, "a"))
+        .await
+        .unwrap()
+    else {
+        panic!("a free unit is taken");
+    };
+    let lost = held.lost().expect("a signal");
+    let out = std::process::Command::new("docker")
+        .args(["rm", "-f", held.name()])
+        .output()
+        .expect("docker rm");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let told = tokio::time::timeout(Duration::from_secs(10), lost).await;
+    assert!(matches!(told, Ok(Ok(()))), "{told:?}");
+    held.release().await.unwrap();
+}
+
+/// A released unit's signal closes without saying it was lost.
+#[tokio::test]
+async fn a_released_unit_is_not_lost() {
+    let (engine, image) = engine!();
+    let pool = pool();
+    let UnitTry::Taken(mut held) = engine
+        .try_take_unit(&image, &holder(&pool, "a"))
+        .await
+        .unwrap()
+    else {
+        panic!("a free unit is taken");
+    };
+    let lost = held.lost().expect("a signal");
+    held.release().await.unwrap();
+    assert!(lost.await.is_err(), "released, not lost");
+}

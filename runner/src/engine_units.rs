@@ -37,6 +37,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::{select_all, FutureExt};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use heddle_containers::{BusyUnit, ContainerError, Engine, HeldUnit, UnitHolder, UnitTry};
 
 use crate::hosts::Host;
@@ -286,6 +287,38 @@ impl EngineUnits {
                 ),
             }
         }
+    }
+
+    /// Call `say` with a message if the engine lets go of one of these units while they are
+    /// held (its connection to heddle ended: see the limits in docs/scale-out.md).
+    pub fn on_lost(&mut self, host: &str, say: impl Fn(String) + Send + 'static) {
+        let signals: Vec<_> = self
+            .held
+            .iter_mut()
+            .filter_map(|u| {
+                let (pool, unit) = u.unit();
+                let text = format!(
+                    "lost `{pool}`#{unit} on host {host}: the connection to its lock container \
+                     ended while the unit was held, and another heddle may take it now"
+                );
+                u.lost().map(|rx| (rx, text))
+            })
+            .collect();
+        if signals.is_empty() {
+            return;
+        }
+        // Ends once every unit is lost or released (a released unit's signal closes).
+        tokio::spawn(async move {
+            let mut all: FuturesUnordered<_> = signals
+                .into_iter()
+                .map(|(rx, text)| async move { rx.await.ok().map(|()| text) })
+                .collect();
+            while let Some(lost) = all.next().await {
+                if let Some(text) = lost {
+                    say(text);
+                }
+            }
+        });
     }
 
     /// The lock containers' names, for the labels of the stage container they are held for.

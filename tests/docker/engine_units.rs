@@ -4,7 +4,8 @@
 //! engine would be), and two separate projects, each with its own cache, stand for two
 //! engineers' heddles: their device stages never overlap, a holder killed with SIGKILL frees
 //! the unit (its lock container disappears) and its orphaned stage still finishes before the
-//! next one starts, and `heddle status` names the holder.
+//! next one starts, a holder whose unit is taken from it says so, and `heddle status` names the
+//! holder.
 //!
 //! Each test uses its own pool name, so its lock containers (`heddle-unit-<pool>-<unit>`) are
 //! its own even when other tests or test processes share the engine.
@@ -213,6 +214,41 @@ fn a_holder_killed_with_sigkill_frees_the_unit_and_its_stage_ends_first() {
     wait_for("no lock container left", Duration::from_secs(5), || {
         lock_containers(&pool).is_empty()
     });
+}
+
+/// A unit taken from its live holder (its lock container removed by hand, as the engine does
+/// when a network partition ends the holder's connection): the holder says it lost the unit,
+/// and the heddle that takes it next still waits for the holder's stage to end.
+#[test]
+fn a_unit_lost_by_its_holder_is_reported_and_its_stage_still_ends_first() {
+    let (_d, _gc) = engine!();
+    let tcp = docker::engine_over_tcp();
+    let pool = unique("hailo");
+    let a = device_project(&tcp, &pool, "lost-a", "4");
+    let b = device_project(&tcp, &pool, "lost-b", "0");
+    let mut ra = spawn_run(&a);
+    wait_for_lock(&pool, &mut ra);
+    let mut rb = spawn_run(&b);
+    std::thread::sleep(Duration::from_millis(500));
+    docker::cli(&["rm", "-f", &format!("heddle-unit-{pool}-0")]);
+    let (sa, ea) = finish(&mut ra, "run a");
+    let (sb, eb) = finish(&mut rb, "run b");
+    assert!(sa.success(), "{ea}");
+    assert!(sb.success(), "{eb}");
+    assert_contains(
+        &ea,
+        &format!(
+            "probe: lost `{pool}`#0 on host far: the connection to its lock container ended \
+             while the unit was held, and another heddle may take it now"
+        ),
+    );
+    assert_contains(
+        &eb,
+        "is still running on host far, left by a heddle that lost the unit; waiting for it to end",
+    );
+    let (ia, ib) = (interval(&a, "lost-a"), interval(&b, "lost-b"));
+    assert!(ia.1 <= ib.0, "overlap: a {ia:?}, b {ib:?}");
+    assert_eq!(lock_containers(&pool), Vec::<String>::new(), "none left");
 }
 
 /// `heddle status` in another project configured with the same host names the holder of the

@@ -319,7 +319,12 @@ async fn take_engine_units(
             .events
             .send(Event::Message(format!("{}: {text}", inst.label)));
     };
-    engine_units::take(engine, host, image, &wants, taker, &tell).await
+    let mut units = engine_units::take(engine, host, image, &wants, taker, &tell).await?;
+    let (events, label) = (sh.events.clone(), inst.label.clone());
+    units.on_lost(&host.name, move |text| {
+        let _ = events.send(Event::Message(format!("{label}: {text}")));
+    });
+    Ok(units)
 }
 
 /// Take `want` units of a host-wide pool ([`crate::host_pool`]), polling while they are
