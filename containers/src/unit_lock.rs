@@ -10,9 +10,10 @@
 //! (and stdout, see [`HeldUnit::lost`]) before it starts the container and keeps the
 //! connection open for as long as it holds the unit. When heddle dies, kill -9 included, its
 //! kernel closes the connection, the engine closes the container's stdin, `cat` ends and
-//! AutoRemove deletes the container: the engine frees the unit as the kernel frees a flock. Checked on Docker 20.10 before building on it, over the
-//! unix socket and over a TCP proxy: the container is gone within half a second of the holder's
-//! kill -9. Releasing on purpose is a forced removal, which frees the name before it returns.
+//! AutoRemove deletes the container: the engine frees the unit as the kernel frees a flock.
+//! Checked on Docker 20.10 before building on it, over the unix socket and over a TCP proxy:
+//! the container is gone within half a second of the holder's kill -9. Releasing on purpose is
+//! a forced removal, which frees the name before it returns.
 //!
 //! Lock containers carry `heddle.unit.*` labels saying who holds the unit (for the waiter's
 //! message and `heddle status`) and deliberately not `heddle.managed`: `heddle gc --containers`

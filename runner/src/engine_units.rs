@@ -30,7 +30,7 @@
 //! units, until no container so labelled is running before its own stage starts.
 //!
 //! Cost: one create, attach and start and one list per unit taken, one forced removal per unit
-//! released (~135 ms and ~28 ms on the local engine: `containers/examples/unit_lock.rs`,
+//! released (medians ~130 ms and ~27 ms on the local engine: `containers/examples/unit_lock.rs`,
 //! docs/scale-out.md).
 
 use std::collections::{BTreeMap, HashMap};
