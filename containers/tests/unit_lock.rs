@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use heddle_containers::test_images;
-use heddle_containers::{unit_container_name, Engine, UnitHolder, UnitTry};
+use heddle_containers::{unit_container_name, Engine, HeldUnit, UnitHolder, UnitTry};
 
 /// The engine and the busybox image's id, or `None` after the skip notice.
 async fn engine() -> Option<(Engine, String)> {
@@ -55,6 +55,14 @@ fn holder(pool: &str, run: &str) -> UnitHolder {
     }
 }
 
+/// Take the pool's free unit as run "a"; `what` says why it must be free.
+async fn take(engine: &Engine, image: &str, pool: &str, what: &str) -> HeldUnit {
+    match engine.try_take_unit(image, &holder(pool, "a")).await.unwrap() {
+        UnitTry::Taken(held) => held,
+        UnitTry::Busy(busy) => panic!("{what}: {busy:?}"),
+    }
+}
+
 async fn exists(engine: &Engine, pool: &str) -> bool {
     engine
         .unit_locks()
@@ -68,13 +76,7 @@ async fn exists(engine: &Engine, pool: &str) -> bool {
 async fn one_holder_at_a_time_and_the_other_learns_who() {
     let (engine, image) = engine!();
     let pool = pool();
-    let UnitTry::Taken(held) = engine
-        .try_take_unit(&image, &holder(&pool, "a"))
-        .await
-        .unwrap()
-    else {
-        panic!("a free unit is taken");
-    };
+    let held = take(&engine, &image, &pool, "a free unit is taken").await;
     assert_eq!(held.name(), unit_container_name(&pool, 0));
     match engine
         .try_take_unit(&image, &holder(&pool, "b"))
@@ -109,13 +111,7 @@ async fn one_holder_at_a_time_and_the_other_learns_who() {
 async fn dropping_a_held_unit_frees_it() {
     let (engine, image) = engine!();
     let pool = pool();
-    let UnitTry::Taken(held) = engine
-        .try_take_unit(&image, &holder(&pool, "a"))
-        .await
-        .unwrap()
-    else {
-        panic!("a free unit is taken");
-    };
+    let held = take(&engine, &image, &pool, "a free unit is taken").await;
     drop(held);
     tokio::time::timeout(Duration::from_secs(20), async {
         while exists(&engine, &pool).await {
@@ -153,13 +149,7 @@ async fn a_lock_container_never_started_is_not_running_and_can_be_removed() {
     };
     assert!(!busy.running, "{busy:?}");
     engine.remove_unit(&busy.id).await.unwrap();
-    let UnitTry::Taken(held) = engine
-        .try_take_unit(&image, &holder(&pool, "a"))
-        .await
-        .unwrap()
-    else {
-        panic!("free after the stale one is removed");
-    };
+    let held = take(&engine, &image, &pool, "free after the stale one is removed").await;
     held.release().await.unwrap();
 }
 
@@ -169,13 +159,7 @@ async fn a_lock_container_never_started_is_not_running_and_can_be_removed() {
 async fn a_holder_learns_when_its_lock_container_is_ended() {
     let (engine, image) = engine!();
     let pool = pool();
-    let UnitTry::Taken(mut held) = engine
-        .try_take_unit(&image, &holder(&pool, "a"))
-        .await
-        .unwrap()
-    else {
-        panic!("a free unit is taken");
-    };
+    let mut held = take(&engine, &image, &pool, "a free unit is taken").await;
     let lost = held.lost().expect("a signal");
     let out = std::process::Command::new("docker")
         .args(["rm", "-f", held.name()])
@@ -196,13 +180,7 @@ async fn a_holder_learns_when_its_lock_container_is_ended() {
 async fn a_released_unit_is_not_lost() {
     let (engine, image) = engine!();
     let pool = pool();
-    let UnitTry::Taken(mut held) = engine
-        .try_take_unit(&image, &holder(&pool, "a"))
-        .await
-        .unwrap()
-    else {
-        panic!("a free unit is taken");
-    };
+    let mut held = take(&engine, &image, &pool, "a free unit is taken").await;
     let lost = held.lost().expect("a signal");
     held.release().await.unwrap();
     assert!(lost.await.is_err(), "released, not lost");

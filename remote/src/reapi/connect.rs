@@ -182,6 +182,7 @@ fn client_config(tls: &TlsFiles, remote: &str) -> Result<ClientTlsConfig, Remote
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tls_files::tests::env_of;
     use crate::tls_files::{CLIENT_CERT_VAR, CLIENT_KEY_VAR};
 
     #[test]
@@ -224,14 +225,6 @@ mod tests {
                 e.to_string(),
                 format!("failed to read the headers for remote cache grpc://h:1: {reason}")
             );
-        }
-    }
-
-    fn env_of<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |k| {
-            vars.iter()
-                .find(|(name, _)| *name == k)
-                .map(|(_, v)| v.to_string())
         }
     }
 
