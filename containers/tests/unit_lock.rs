@@ -57,7 +57,11 @@ fn holder(pool: &str, run: &str) -> UnitHolder {
 
 /// Take the pool's free unit as run "a"; `what` says why it must be free.
 async fn take(engine: &Engine, image: &str, pool: &str, what: &str) -> HeldUnit {
-    match engine.try_take_unit(image, &holder(pool, "a")).await.unwrap() {
+    match engine
+        .try_take_unit(image, &holder(pool, "a"))
+        .await
+        .unwrap()
+    {
         UnitTry::Taken(held) => held,
         UnitTry::Busy(busy) => panic!("{what}: {busy:?}"),
     }
@@ -149,7 +153,13 @@ async fn a_lock_container_never_started_is_not_running_and_can_be_removed() {
     };
     assert!(!busy.running, "{busy:?}");
     engine.remove_unit(&busy.id).await.unwrap();
-    let held = take(&engine, &image, &pool, "free after the stale one is removed").await;
+    let held = take(
+        &engine,
+        &image,
+        &pool,
+        "free after the stale one is removed",
+    )
+    .await;
     held.release().await.unwrap();
 }
 
