@@ -225,7 +225,9 @@ pub(crate) mod tests {
     use super::*;
 
     /// An environment of exactly `vars`, for the `from_env` readers (also REAPI's).
-    pub(crate) fn env_of<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+    pub(crate) fn env_of<'a>(
+        vars: &'a [(&'a str, &'a str)],
+    ) -> impl Fn(&str) -> Option<String> + 'a {
         move |k| {
             vars.iter()
                 .find(|(name, _)| *name == k)
