@@ -254,7 +254,7 @@ fn a_grpcs_remote_whose_ca_file_cannot_be_read_is_a_user_error() {
     let r = r.code(2);
     assert!(
         r.stderr.contains(&format!(
-            "failed to read the CA certificates {} for remote cache grpcs://127.0.0.1:1/main",
+            "failed to read the CA certificates {} (HEDDLE_REMOTE_CA_FILE) for remote cache grpcs://127.0.0.1:1/main",
             p.path("no-such-ca.pem").display()
         )),
         "{}",
