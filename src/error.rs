@@ -155,9 +155,8 @@ impl Error {
     /// The documented exit code (see the module comment).
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::NotCached(_) | Error::NotPlots { .. } | Error::DrawReport(_) => {
-                EXIT_STAGE_FAILED
-            }
+            // `heddle lock` before a run: nothing failed, the user has a step to take (exit 2).
+            Error::NotPlots { .. } | Error::DrawReport(_) => EXIT_STAGE_FAILED,
             Error::CannotVerify { source, .. } => source.exit_code(),
             _ => EXIT_INVALID,
         }

@@ -50,12 +50,14 @@ fn main() {
 }
 
 /// `heddle runs --json | head` should end quietly, like any unix tool whose reader went away,
-/// not with a panic about a broken pipe: it exits 141, the status a shell reports for a tool
-/// killed by SIGPIPE. SIGPIPE itself stays ignored (Rust's default) rather than restored: heddle
-/// also writes to sockets, and a TLS server that closes the connection (a REAPI server refusing
-/// a client without a certificate) must be an error the remote cache turns into one warning,
-/// not a signal that kills the run with no record (rustls writes with `writev`, which cannot
-/// suppress the signal).
+/// not with a panic about a broken pipe. It exits 0: the reader took what it wanted, and a
+/// `set -o pipefail` script must not fail on `heddle completions bash | head -1` (141, the
+/// status of a tool killed by SIGPIPE, did). SIGPIPE itself stays ignored (Rust's default)
+/// rather than restored: heddle also writes to sockets, and a TLS server that closes the
+/// connection (a REAPI server refusing a client without a certificate) must be an error the
+/// remote cache turns into one warning, not a signal that kills the run with no record (rustls
+/// writes with `writev`, which cannot suppress the signal). Commands that write through
+/// `io::Write` themselves (completions, man) use [`commands::shell::write_stdout`].
 fn quiet_on_a_closed_output() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -68,7 +70,7 @@ fn quiet_on_a_closed_output() {
         let printing = message.starts_with("failed printing to stdout")
             || message.starts_with("failed printing to stderr");
         if printing && message.contains("Broken pipe") {
-            std::process::exit(141);
+            std::process::exit(0);
         }
         default(info)
     }));

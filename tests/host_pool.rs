@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use support::assert_lacks;
 use support::fill;
-use support::process::{wait_ended, wait_for};
+use support::process::{wait_ended, wait_for, StderrLines};
 use support::Project;
 
 fn device_project(name: &str, sleep: &str) -> Project {
@@ -81,7 +81,13 @@ fn status_names_the_holder_and_kill_9_frees_the_unit() {
         !heddle_runner_holders(locks.path()).is_empty()
     });
     let mut rb = spawn_run(&b, locks.path());
-    std::thread::sleep(Duration::from_millis(500));
+    // b says it waits, naming a's pid; a holds the unit for 60 s, so b cannot have ended.
+    let b_err = StderrLines::watch(&mut rb);
+    b_err.wait_for(
+        "waiting for host-wide `hailo`, held by pid",
+        &mut rb,
+        Duration::from_secs(30),
+    );
     assert!(rb.try_wait().unwrap().is_none(), "b must wait for the unit");
     let pid_a = ra.id();
     let holders = heddle_runner_holders(locks.path());

@@ -29,7 +29,8 @@ echo "== cargo build --target $target (target dir $tdir)"
 if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx "$target"; then
   rustup target add "$target"
 fi
-cargo build --release --target "$target" --target-dir "$tdir" --bin heddle
+# --workspace: every crate, not only what heddle.exe links; this build is CI's Windows compile check.
+cargo build --release --target "$target" --target-dir "$tdir" --workspace
 cp "$tdir/$target/release/heddle.exe" "$bin/heddle.exe"
 
 # Helper programs (tests/windows/*.c). bcryptprimitives.dll sits beside heddle.exe: Wine 8.0

@@ -14,7 +14,7 @@ use std::io::Read;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use crate::support::process::{signal, wait_ended, wait_for, Running, SIGKILL};
+use crate::support::process::{signal, wait_ended, wait_for, Running, StderrLines, SIGKILL};
 use crate::support::{assert_contains, docker, fill, Project};
 use crate::{unique, BUSYBOX};
 
@@ -160,8 +160,16 @@ fn a_holder_killed_with_sigkill_frees_the_unit_and_its_stage_ends_first() {
     let mut ra = spawn_run(&a);
     let pid_a = ra.id();
     let lock_a = wait_for_lock(&pool, &mut ra);
+    // a's stage has started (its container printed its start edge) before a is killed.
+    wait_for("a's stage to start", Duration::from_secs(30), || {
+        let id = docker::cli(&["ps", "-q", "--filter", &format!("label=heddle.pid={pid_a}")]);
+        !id.trim().is_empty() && !docker::cli(&["logs", id.trim()]).trim().is_empty()
+    });
     let mut rb = spawn_run(&b);
-    std::thread::sleep(Duration::from_secs(1));
+    // b says whom it waits for; a's stage holds the unit for 6 s, so b cannot have ended.
+    let b_err = StderrLines::watch(&mut rb);
+    let waiting = format!("probe: waiting for `{pool}` on host far, held by pid {pid_a} on ");
+    b_err.wait_for(&waiting, &mut rb, Duration::from_secs(60));
     assert!(rb.try_wait().unwrap().is_none(), "b waits for the unit");
 
     signal(pid_a, SIGKILL);
@@ -175,12 +183,9 @@ fn a_holder_killed_with_sigkill_frees_the_unit_and_its_stage_ends_first() {
     });
     let gone_after = kernel_uptime() - killed_at;
 
-    let (sb, eb) = finish(&mut rb, "run b after a died");
+    let sb = wait_ended(&mut rb, Duration::from_secs(90), "run b after a died");
+    let eb = b_err.finish();
     assert!(sb.success(), "{eb}");
-    assert_contains(
-        &eb,
-        &format!("probe: waiting for `{pool}` on host far, held by pid {pid_a} on "),
-    );
     // a's stage container outlived a (nothing stops it when its heddle dies): b's stage ran
     // only after it ended, though the unit was free before.
     let orphan = docker::cli(&[

@@ -26,8 +26,13 @@ fn a_run_writes_a_lock_and_status_explains_changes_against_it() {
     p.file("data/seed.txt", "3\n");
     p.run("p.toml", &[]).ok();
     assert_eq!(p.read("p.lock"), lock);
-    // `heddle lock` needs everything cached; then it writes the same lock.
+    // `heddle lock` needs everything cached; then it writes the same lock. Before that, nothing
+    // failed: the user has a step to take, so it is exit 2 (usage), not 1 (a stage failed).
     std::fs::remove_file(p.path("p.lock")).unwrap();
+    let fresh = project();
+    let missing = fresh.heddle(&["lock", "p.toml"]).code(2);
+    assert_contains(&missing.stderr, "are not in the cache");
+    assert_contains(&missing.stderr, "run the pipeline first");
     p.file("data/fix", "");
     p.run("p.toml", &[]).ok();
     p.heddle(&["lock", "p.toml"]).ok();

@@ -104,3 +104,68 @@ impl Drop for Running {
         }
     }
 }
+
+/// A child's stderr read line by line on a thread as it arrives, so a test can wait for the
+/// line that proves a state ("waiting for `hailo` …") instead of sleeping and hoping the
+/// child got there; the pipe is drained meanwhile, so the child never blocks on it.
+pub struct StderrLines {
+    text: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StderrLines {
+    /// Takes `child`'s piped stderr.
+    pub fn watch(child: &mut Child) -> StderrLines {
+        use std::io::BufRead;
+        let stderr = child.stderr.take().expect("stderr must be piped");
+        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = text.clone();
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let mut t = sink.lock().unwrap();
+                t.push_str(&line);
+                t.push('\n');
+            }
+        });
+        StderrLines {
+            text,
+            reader: Some(reader),
+        }
+    }
+
+    /// Waits until a line contains `needle`; fails if `child` ends first, or after `limit`.
+    pub fn wait_for(&self, needle: &str, child: &mut Child, limit: Duration) {
+        let t = Instant::now();
+        loop {
+            if self.text.lock().unwrap().contains(needle) {
+                return;
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                // The line may have arrived between the check and the exit.
+                std::thread::sleep(Duration::from_millis(50));
+                let text = self.text.lock().unwrap();
+                assert!(
+                    text.contains(needle),
+                    "ended ({status}) without printing {needle:?}:\n{text}"
+                );
+                return;
+            }
+            assert!(
+                t.elapsed() < limit,
+                "no {needle:?} after {limit:?}:\n{}",
+                self.text.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Everything the child wrote, once its stderr closed (call after it ended).
+    pub fn finish(mut self) -> String {
+        if let Some(r) = self.reader.take() {
+            r.join().unwrap();
+        }
+        let text = self.text.lock().unwrap();
+        text.clone()
+    }
+}
