@@ -178,3 +178,22 @@ fn a_closed_stdout_ends_heddle_quietly() {
         assert_eq!(stderr, "", "heddle {args:?}");
     }
 }
+
+/// A misspelt `uses` or `--force` names the nearest real one.
+#[test]
+fn a_misspelt_definition_or_forced_stage_suggests_the_nearest() {
+    let p = Project::new();
+    p.file(
+        "p.toml",
+        "[pipeline]\nname = \"e\"\n[stages.optimize]\nuses = \"ort/optimise\"\n",
+    );
+    assert_eq!(
+        user_error(&p, &["plan", "p.toml"]),
+        "error: no stage definition `ort/optimise`\n  --> p.toml:4:8\n  |\n4 | uses = \"ort/optimise\"\n  |        ^^^^^^^^^^^^^^\n  = help: did you mean `ort/optimize`? (`heddle stages list`)\n"
+    );
+    p.file("q.toml", &PIPELINE.replace("stages.a", "stages.optimize"));
+    assert_eq!(
+        user_error(&p, &["run", "q.toml", "--force", "optimise"]),
+        "error: --force optimise: no such stage (did you mean `optimize`?)\n"
+    );
+}

@@ -80,6 +80,31 @@ pub fn definitions() -> Vec<String> {
         .collect()
 }
 
+/// Names (`group/name`) of the project's own definitions (`stages/GROUP/NAME/stage.toml`),
+/// for "did you mean" when a `uses` names neither kind.
+pub fn project_definitions(root: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    let Ok(groups) = std::fs::read_dir(root.join("stages")) else {
+        return names;
+    };
+    for group in groups.flatten() {
+        let Ok(members) = std::fs::read_dir(group.path()) else {
+            continue;
+        };
+        for member in members.flatten() {
+            if member.path().join("stage.toml").is_file() {
+                names.push(format!(
+                    "{}/{}",
+                    group.file_name().to_string_lossy(),
+                    member.file_name().to_string_lossy()
+                ));
+            }
+        }
+    }
+    names.sort();
+    names
+}
+
 /// Where a `uses` name's definition folder is: the project's `stages/NAME` when it holds a
 /// `stage.toml`, else the library's (extracted under `base`), else `None`.
 pub fn locate(root: &Path, name: &str, base: &Path) -> Result<Option<PathBuf>, StageLibError> {

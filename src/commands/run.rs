@@ -87,10 +87,13 @@ fn check_forced(plan: &Plan, force: &[String]) -> Result<(), Error> {
         .map(|s| s.name.as_str())
         .collect();
     match force.iter().find(|f| !known.contains(f.as_str())) {
-        Some(f) => Err(Error::Usage(format!(
-            "--force {f}: no such stage (stages: {})",
-            known.iter().copied().collect::<Vec<_>>().join(", ")
-        ))),
+        Some(f) => {
+            let names: Vec<&str> = known.iter().copied().collect();
+            let hint = heddle_runner::diag::did_you_mean(f, &names, || {
+                format!("stages: {}", names.join(", "))
+            });
+            Err(Error::Usage(format!("--force {f}: no such stage ({hint})")))
+        }
         None => Ok(()),
     }
 }

@@ -103,7 +103,19 @@ fn show(root: &Path, name: &str, lib_base: &Path) -> Result<String, Error> {
             .as_deref()
             .map(|d| format!("  {d}"))
             .unwrap_or_default();
-        let _ = writeln!(out, "  {}: {}{default}{desc}", k.get_ref(), p.ty.get_ref());
+        let choices = match &p.choices {
+            Some(c) => {
+                let c: Vec<String> = c.iter().map(|v| value_text(&toml_to_json(v))).collect();
+                format!(" (one of {})", c.join(", "))
+            }
+            None => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "  {}: {}{default}{choices}{desc}",
+            k.get_ref(),
+            p.ty.get_ref()
+        );
     }
     out.push_str("inputs:\n");
     for (k, i) in &def.inputs {

@@ -98,3 +98,19 @@ fn plan_text() {
     p.file("data/a.txt", "abc\n");
     assert_snapshot!("plan_param_changed", plan(&["--set", "greeting=hi"]));
 }
+
+/// `heddle stages show` of a project definition, exactly: a string param's `choices` are
+/// printed with it (they were left out, so a user learnt them only from an error).
+#[test]
+fn stages_show_prints_a_params_choices() {
+    let p = Project::new();
+    p.file(
+        "stages/demo/pick/stage.toml",
+        "[stage]\ndescription = \"Picks one.\"\nrun = \"echo {{ params.mode }} > {{ out.o }}\"\n[params]\nmode = { type = \"string\", default = \"a\", choices = [\"a\", \"b\"], description = \"which\" }\nn = { type = \"int\" }\n[outputs]\no = \"o.txt\"\n",
+    );
+    let out = p.heddle(&["stages", "show", "demo/pick"]).ok().stdout;
+    assert_eq!(
+        out,
+        "demo/pick\n  Picks one.\nparams:\n  mode: string = a (one of a, b)  which\n  n: int (required)\ninputs:\noutputs:\n  o: o.txt\n"
+    );
+}

@@ -56,14 +56,16 @@ impl Loader {
             Ok(Some(dir)) => dir,
             Ok(None) => {
                 let expected = self.root.join("stages").join(name).join("stage.toml");
-                self.err_help(
-                    uses.span(),
-                    format!("no stage definition `{name}`"),
-                    format!(
+                let mut known = crate::stage_lib::definitions();
+                known.extend(crate::stage_lib::project_definitions(&self.root));
+                let help = match crate::diag::nearest(name, known.iter().map(String::as_str)) {
+                    Some(near) => format!("did you mean `{near}`? (`heddle stages list`)"),
+                    None => format!(
                         "expected {}, or one of the shipped definitions (`heddle stages list`)",
                         expected.display()
                     ),
-                );
+                };
+                self.err_help(uses.span(), format!("no stage definition `{name}`"), help);
                 return None;
             }
             Err(e) => {
