@@ -309,17 +309,42 @@ impl Store {
     /// Bytes and counts of blobs and actions, and per family.
     pub fn du(&self) -> Result<DuReport, CacheError> {
         let mut r = DuReport::default();
-        for (_, _, meta) in self.list_blobs(&mut |_| {})? {
+        let mut sizes: HashMap<Digest, u64> = HashMap::new();
+        for (d, _, meta) in self.list_blobs(&mut |_| {})? {
             r.blob_count += 1;
             r.blob_bytes += meta.len();
+            sizes.insert(d, meta.len());
         }
+        // Each blob counts once: for the one family whose entries reference it, else as shared
+        // (an output two stages produce alike is stored once), else as unreferenced.
+        let mut owner: HashMap<Digest, Option<String>> = HashMap::new();
         for (p, parsed) in self.list_actions()? {
             r.action_count += 1;
             r.action_bytes += fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
-            if let Ok(e) = parsed {
-                let f = r.families.entry(e.family.clone()).or_default();
-                f.actions += 1;
-                f.output_bytes += e.output_bytes();
+            let Ok(e) = parsed else { continue };
+            r.families.entry(e.family.clone()).or_default().actions += 1;
+            let mut refs = BTreeSet::new();
+            for out in e.outputs.values() {
+                let _ = self.output_blobs(out, &mut refs);
+            }
+            for d in refs {
+                owner
+                    .entry(d)
+                    .and_modify(|o| {
+                        if o.as_deref() != Some(e.family.as_str()) {
+                            *o = None;
+                        }
+                    })
+                    .or_insert_with(|| Some(e.family.clone()));
+            }
+        }
+        for (d, size) in &sizes {
+            match owner.get(d) {
+                Some(Some(family)) => {
+                    r.families.entry(family.clone()).or_default().output_bytes += size;
+                }
+                Some(None) => r.shared_bytes += size,
+                None => r.unreferenced_bytes += size,
             }
         }
         for (_, meta) in self.list_quarantine()? {

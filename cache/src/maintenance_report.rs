@@ -81,7 +81,9 @@ impl VerifyReport {
     }
 }
 
-/// Space used by one family's actions (outputs shared between actions count in each).
+/// Space used by one family's actions: the bytes of blobs that only this family's entries
+/// reference, so that families, [`DuReport::shared_bytes`] and
+/// [`DuReport::unreferenced_bytes`] add up to [`DuReport::blob_bytes`].
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct FamilyUsage {
     pub actions: u64,
@@ -95,6 +97,10 @@ pub struct DuReport {
     pub action_count: u64,
     pub action_bytes: u64,
     pub families: BTreeMap<String, FamilyUsage>,
+    /// Bytes of blobs that entries of more than one family reference.
+    pub shared_bytes: u64,
+    /// Bytes of blobs no entry references (gc removes them once they are an hour old).
+    pub unreferenced_bytes: u64,
     /// Files in `quarantine/` and their bytes: not served, but on the disk until `gc`.
     pub quarantined_count: u64,
     pub quarantined_bytes: u64,

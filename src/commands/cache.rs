@@ -76,6 +76,21 @@ fn du(store: &Store) -> Result<i32, Error> {
             u.actions
         );
     }
+    // These lines and the families add up to the total above: each blob is counted once.
+    if du.shared_bytes > 0 {
+        println!(
+            "  {:<40} {:>10}",
+            "(shared by several stages)",
+            human(du.shared_bytes)
+        );
+    }
+    if du.unreferenced_bytes > 0 {
+        println!(
+            "  {:<40} {:>10}",
+            "(referenced by no entry)",
+            human(du.unreferenced_bytes)
+        );
+    }
     Ok(EXIT_OK)
 }
 

@@ -235,3 +235,24 @@ fn leftover(d: &Docker, mark: &str) {
     ]);
     assert_eq!(d.count("heddle.test.gc", mark), 1);
 }
+
+/// A container stage creates a log file only for a stream it wrote to, as the README says (and
+/// as the host executor does): a silent stage leaves no empty `.out`/`.err` behind.
+#[test]
+fn a_container_stage_logs_only_the_streams_it_wrote() {
+    let (_d, _gc) = engine!();
+    let p = Project::with_pipeline(&format!(
+        "[pipeline]\nname = \"logs\"\n[defaults]\nimage = \"{BUSYBOX}\"\n\
+         [stages.silent]\nrun = \"echo x > {{{{ out.o }}}}\"\noutputs = {{ o = \"o\" }}\n\
+         [stages.talks]\nrun = \"echo said; echo x > {{{{ out.o }}}}\"\noutputs = {{ o = \"o\" }}\n"
+    ));
+    p.run("p.toml", &[]).ok();
+    let mut files: Vec<String> = std::fs::read_dir(p.path(".heddle/logs"))
+        .unwrap()
+        .flatten()
+        .flat_map(|run| std::fs::read_dir(run.path()).unwrap().flatten())
+        .map(|f| f.file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["talks.out"]);
+}

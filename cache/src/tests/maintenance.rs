@@ -146,3 +146,38 @@ fn gc_spares_a_fresh_quarantine_while_another_store_is_open() {
     assert_eq!((r.quarantine_removed, r.quarantine_bytes_freed), (1, len));
     assert!(!q.exists());
 }
+
+/// `du` counts each blob once: a family's bytes are the blobs only it references, a blob two
+/// families reference is shared, one no entry references is unreferenced; they add up to the
+/// total (two actions of one family sharing an output count it once, too).
+#[test]
+fn du_counts_each_blob_once_and_adds_up() {
+    let (dir, s) = store();
+    let put = |name: &str, n: usize, seed: u8| put_file(&s, dir.path(), name, big(n, seed));
+    let same = put("same", 1_000, 1);
+    let only_a = put("a", 2_000, 2);
+    let only_b = put("b", 4_000, 3);
+    let _orphan = put("o", 8_000, 4);
+    let a1 = action(
+        "a1",
+        "fa",
+        &[("x", same.clone()), ("y", only_a.clone())],
+        1,
+        1,
+    );
+    let a2 = action("a2", "fa", &[("y", only_a)], 1, 2);
+    let b1 = action("b1", "fb", &[("x", same), ("z", only_b)], 1, 3);
+    for a in [&a1, &a2, &b1] {
+        s.record_action(a).unwrap();
+    }
+    let du = s.du().unwrap();
+    assert_eq!(du.blob_bytes, 15_000);
+    assert_eq!(du.families["fa"].output_bytes, 2_000);
+    assert_eq!(du.families["fa"].actions, 2);
+    assert_eq!(du.families["fb"].output_bytes, 4_000);
+    assert_eq!((du.shared_bytes, du.unreferenced_bytes), (1_000, 8_000));
+    let parts: u64 = du.families.values().map(|f| f.output_bytes).sum::<u64>()
+        + du.shared_bytes
+        + du.unreferenced_bytes;
+    assert_eq!(parts, du.blob_bytes);
+}

@@ -15,32 +15,73 @@ use crate::spec::{LogLine, Stream};
 /// A line longer than this is passed on in pieces (the log files always get every byte).
 const MAX_LINE: usize = 64 * 1024;
 
-/// The two log files, created (with their folders) before the container starts.
+/// The two log files, each created (with its folder) at its first byte: most stages print
+/// nothing on one stream or both, and an empty file costs an inode and says nothing (the host
+/// executor does the same, `runner/src/exec/output.rs`).
 pub(super) struct LogFiles {
-    stdout: tokio::fs::File,
-    stdout_path: PathBuf,
-    stderr: tokio::fs::File,
-    stderr_path: PathBuf,
+    stdout: LazyFile,
+    stderr: LazyFile,
+}
+
+struct LazyFile {
+    path: PathBuf,
+    file: Option<tokio::fs::File>,
+}
+
+impl LazyFile {
+    fn io(&self) -> impl Fn(std::io::Error) -> ContainerError + '_ {
+        |source| ContainerError::Io {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    async fn write_all(&mut self, bytes: &[u8]) -> Result<(), ContainerError> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        if self.file.is_none() {
+            if let Some(parent) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                tokio::fs::create_dir_all(parent).await.map_err(self.io())?;
+            }
+            self.file = Some(
+                tokio::fs::File::create(&self.path)
+                    .await
+                    .map_err(self.io())?,
+            );
+        }
+        let file = self.file.as_mut().expect("opened above");
+        file.write_all(bytes)
+            .await
+            .map_err(|source| ContainerError::Io {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
+    async fn flush(&mut self) -> Result<(), ContainerError> {
+        match self.file.as_mut() {
+            Some(f) => f.flush().await.map_err(|source| ContainerError::Io {
+                path: self.path.clone(),
+                source,
+            }),
+            None => Ok(()),
+        }
+    }
 }
 
 impl LogFiles {
-    pub(super) async fn create(stdout: &Path, stderr: &Path) -> Result<LogFiles, ContainerError> {
-        async fn open(path: &Path) -> Result<tokio::fs::File, ContainerError> {
-            let io = |source| ContainerError::Io {
-                path: path.to_path_buf(),
-                source,
-            };
-            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                tokio::fs::create_dir_all(parent).await.map_err(io)?;
-            }
-            tokio::fs::File::create(path).await.map_err(io)
+    pub(super) fn new(stdout: &Path, stderr: &Path) -> LogFiles {
+        LogFiles {
+            stdout: LazyFile {
+                path: stdout.to_path_buf(),
+                file: None,
+            },
+            stderr: LazyFile {
+                path: stderr.to_path_buf(),
+                file: None,
+            },
         }
-        Ok(LogFiles {
-            stdout: open(stdout).await?,
-            stdout_path: stdout.to_path_buf(),
-            stderr: open(stderr).await?,
-            stderr_path: stderr.to_path_buf(),
-        })
     }
 }
 
@@ -66,40 +107,20 @@ pub(super) async fn pump_logs(
             container: container.clone(),
             source,
         })?;
-        let (file, path, splitter, bytes) = match chunk {
-            LogOutput::StdOut { message } | LogOutput::Console { message } => (
-                &mut files.stdout,
-                &files.stdout_path,
-                &mut out_lines,
-                message,
-            ),
-            LogOutput::StdErr { message } => (
-                &mut files.stderr,
-                &files.stderr_path,
-                &mut err_lines,
-                message,
-            ),
+        let (file, splitter, bytes) = match chunk {
+            LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                (&mut files.stdout, &mut out_lines, message)
+            }
+            LogOutput::StdErr { message } => (&mut files.stderr, &mut err_lines, message),
             LogOutput::StdIn { .. } => continue,
         };
-        file.write_all(&bytes)
-            .await
-            .map_err(|source| ContainerError::Io {
-                path: path.clone(),
-                source,
-            })?;
+        file.write_all(&bytes).await?;
         splitter.push(&bytes, &mut send);
     }
     out_lines.finish(&mut send);
     err_lines.finish(&mut send);
-    for (file, path) in [
-        (&mut files.stdout, &files.stdout_path),
-        (&mut files.stderr, &files.stderr_path),
-    ] {
-        file.flush().await.map_err(|source| ContainerError::Io {
-            path: path.clone(),
-            source,
-        })?;
-    }
+    files.stdout.flush().await?;
+    files.stderr.flush().await?;
     Ok(())
 }
 
