@@ -28,8 +28,9 @@ SDK prints during optimize() (file-descriptor level, so the SDK's own log handle
 It records all of it in its report and FAILS (class DegradedOptimization) when the level used is not the level asked
 for, or when an algorithm the script asks for did not run where the public record says what the DFC prints (a
 skipped line; no done line for QAFT or bias correction) — so a degraded quantisation is never cached under the
-requested level. Where no public evidence says what the DFC prints (AdaRound's done line; whether QAFT runs when
-every layer is 16-bit) it warns instead (stderr and the report's guard_warnings) and does not fail on a guess. An exception inside the SDK is recorded with its class and message in
+requested level. Where no public evidence says what the DFC prints (AdaRound's done line; whether QAFT runs
+when every layer is 16-bit) it warns instead (stderr and the report's guard_warnings) and does not fail on a
+guess. An exception inside the SDK is recorded with its class and message in
 $HEDDLE_ERROR_FILE. Untested against the real DFC until someone runs it there.
 """
 import argparse

@@ -132,10 +132,12 @@ def stream_note(ok):
             seen.setdefault(m["stream"], pr)
     parts = []
     if "continue" in seen:
-        parts.append(f"continue = X, noise and z continue the author's np.random.seed({seen['continue'].get('author_seed')}) "
-                     "stream after its weights and calibration set (the entry's SDK_QUANTIZED probe)")
+        seed = seen["continue"].get("author_seed")
+        parts.append(f"continue = X, noise and z continue the author's np.random.seed({seed}) stream after its "
+                     "weights and calibration set (the entry's SDK_QUANTIZED probe)")
     if "reseed" in seen:
-        parts.append(f"reseed = np.random.seed({seen['reseed'].get('seed')}) before X (the entry's SDK_BIT_EXACT probe)")
+        seed = seen["reseed"].get("seed")
+        parts.append(f"reseed = np.random.seed({seed}) before X (the entry's SDK_BIT_EXACT probe)")
     return "stream: " + "; ".join(parts) + "." if len(seen) > 1 else None
 
 
