@@ -30,7 +30,8 @@ for, or when an algorithm the script asks for did not run where the public recor
 skipped line; no done line for QAFT or bias correction) — so a degraded quantisation is never cached under the
 requested level. Where no public evidence says what the DFC prints (AdaRound's done line; whether QAFT runs
 when every layer is 16-bit) it warns instead (stderr and the report's guard_warnings) and does not fail on a
-guess. An exception inside the SDK is recorded with its class and message in $HEDDLE_ERROR_FILE. Untested against the real DFC until someone runs it there.
+guess. An exception inside the SDK is recorded with its class and message in $HEDDLE_ERROR_FILE. Untested against
+the real DFC until someone runs it there.
 """
 import argparse
 import os
