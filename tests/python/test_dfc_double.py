@@ -348,7 +348,7 @@ def test_hailo_deploy_measures_fps_and_latency_in_separate_run2s(chain, tmp_path
     thr, lat = d["details"]["run2_throughput"], d["details"]["run2_latency"]
     assert all("FPS" in r["network_groups"][0] and "hw_latency" not in r["network_groups"][0] for r in thr)
     assert all("FPS" not in r["network_groups"][0] and r["network_groups"][0]["hw_latency"] == 2.27 for r in lat)
-    assert d["hw_latency_ms"] == 2.27 and d["overall_latency_ms"] == 3.95
+    assert d["hw_latency_ms"] == pytest.approx(2.27) and d["overall_latency_ms"] == pytest.approx(3.95)
     assert d["transfer_ms"] == pytest.approx(1.68) and d["transfer_share"] == pytest.approx(1.68 / 3.95)
     assert d["hailortcli_version"] == "HailoRT-CLI version 5.2.0 (TEST DOUBLE)"
     assert d["hef"]["compatible_for"] == ["HAILO10H"]
