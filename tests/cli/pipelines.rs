@@ -55,7 +55,7 @@ fn host_python_in_param_defaults_is_this_platforms_interpreter() {
     let p = Project::new();
     p.file(
         "stages/t/py/stage.toml",
-        "[stage]\nrun = [\"{{ params.python }}\", \"-c\", \"import sys; open(sys.argv[1], 'w').write(sys.argv[2])\", \"{{ out.x }}\", \"{{ params.python }}\"]\noutputs = { x = \"x.txt\" }\n\n[params]\npython = { type = \"string\", default = \"{{ host.python }}\" }\n",
+        "[stage]\nrun = [\"{{ params.python }}\", \"-c\", \"import sys; open(sys.argv[1], 'w').write(sys.argv[2])\", \"{{ out.x }}\", \"{{ params.python }}\"]\n\n[outputs]\nx = \"x.txt\"\n\n[params]\npython = { type = \"string\", default = \"{{ host.python }}\" }\n",
     )
     .file(
         "p.toml",
