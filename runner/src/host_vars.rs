@@ -59,9 +59,16 @@ mod tests {
     #[test]
     fn renders_host_python_and_leaves_plain_text() {
         assert_eq!(render("{{ host.python }}").unwrap(), python());
-        assert_eq!(render("/opt/{{host.python}}-x").unwrap(), format!("/opt/{}-x", python()));
+        assert_eq!(
+            render("/opt/{{host.python}}-x").unwrap(),
+            format!("/opt/{}-x", python())
+        );
         assert_eq!(render("python3.11").unwrap(), "python3.11");
         let e = render("{{ params.x }}").unwrap_err();
-        assert!(e.message.contains("unknown variable `params.x`"), "{}", e.message);
+        assert!(
+            e.message.contains("unknown variable `params.x`"),
+            "{}",
+            e.message
+        );
     }
 }

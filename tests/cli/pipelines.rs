@@ -72,7 +72,8 @@ fn host_python_in_param_defaults_is_this_platforms_interpreter() {
     );
     let bad = p.heddle(&["plan", "q.toml"]).code(2);
     assert!(
-        bad.stderr.contains("param `interp`: unknown variable `host.pyth`"),
+        bad.stderr
+            .contains("param `interp`: unknown variable `host.pyth`"),
         "{}",
         bad.stderr
     );
