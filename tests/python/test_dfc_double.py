@@ -410,3 +410,32 @@ def test_hailo_infer_requires_hailort_4_18(chain, tmp_path):
         "HailoPlatformError: hailo_platform 4.17.1 is older than HailoRT 4.18: this stage uses "
         "ConfiguredInferModel.get_async_queue_size, wait_for_async_ready and run_async, which arrived in 4.18; "
         "install HailoRT 4.18 or later and its matching wheel (5.x for Hailo-10H)")
+
+
+@pytest.mark.parametrize("stream", ["continue", "reseed"])
+def test_dfc_probe_runs_the_entry_protocol_on_either_stream(tmp_path, stream):
+    """The entry's graph through the double's DFC chain, and the probe on the entry's protocol on one of its random
+    streams: the continue stream replays the author's draws from author_seed before X."""
+    st, a, p = run_stage("onnx/author", "author", str(tmp_path / "a"),
+                         with_={"graph": "entry-000", "seed": 1171, "samples": 16, "height": 1, "width": 1}, python=PY)
+    assert st["status"] == "ok", p.stderr
+    st, tr, p = run_stage("dfc/translate", "translate", str(tmp_path / "t"),
+                          inputs={"model": a["onnx"], "meta": a["meta"]}, python=PY, extra_env=env(tmp_path))
+    assert st["status"] == "ok", p.stderr
+    st, opt, p = run_stage("dfc/optimize", "optimize[precision=a16_w16]", str(tmp_path / "o"),
+                           inputs={"har": tr["har"], "calib": a["calib"]},
+                           with_={"precision": "a16_w16", "model_script": "precision-only"}, python=PY,
+                           extra_env=env(tmp_path))
+    assert st["status"] == "ok", p.stderr
+    st, pr, p = run_stage("mezo/probe", f"probe[context=SDK_QUANTIZED,stream={stream}]", str(tmp_path / "p"),
+                          inputs={"quant": opt["har"], "float": a["onnx"], "weights": a["weights"],
+                                  "calib": a["calib"]},
+                          with_={"backend": "dfc", "context": "SDK_QUANTIZED", "protocol": "entry", "stream": stream,
+                                 "seed": 99, "author_seed": 1171, "samples": 4, "draws": 3},
+                          python=PY, extra_env=env(tmp_path))
+    assert st["status"] == "ok", p.stderr
+    r = json.load(open(pr["result"]))
+    assert r["params"]["stream"] == stream and r["float_ref"] == "SDK_NATIVE"
+    assert r["params"]["author_seed"] == (1171 if stream == "continue" else None)
+    assert f"{r['start_loss']:.4e}" == f"{r['start_loss_float']:.4e}"
+    assert [len(row["g"]) for row in r["rows"]] == [3, 3, 3]
