@@ -45,7 +45,7 @@ build_c() { # OUT SRC [LIBS...]
 }
 build_c bcryptprimitives.dll tests/windows/bcryptprimitives.c -shared -ladvapi32
 build_c spawn.exe tests/windows/spawn.c
-build_c python.exe tests/windows/python-stand-in.c
+build_c python.exe tests/windows/python-bridge.c
 
 export WINEPREFIX="$tdir/wineprefix" WINEDEBUG=-all WINEDLLOVERRIDES="mscoree,mshtml="
 export WINEARCH=win64
@@ -268,24 +268,30 @@ check "the killed heddle's grandchild had started" [ -f "$suite/orphan.started" 
 sleep 6 # past the grandchild's delay
 check "heddle's death killed its stage's tree (Job object)" [ ! -f "$suite/orphan.survived" ]
 
-# ---------------------------------------------------------------- device-host stage, python param
-# hailo/deploy takes its interpreter as a param: `python` is a Windows command, python3 is not.
-# No Windows CPython is installable from a registry here: python.exe is tests/windows/
-# python-stand-in.c, which checks the script exists and writes --out.
-printf 'hef' >data/model.hef
-printf '{}' >data/compile.json
-cat >pipelines/device.toml <<'EOF'
+# ---------------------------------------------------------------- device-host stage, the platform's python
+# hailo/deploy's `python` defaults to {{ host.python }}: `python` on Windows (there is no python3.exe). No Windows
+# CPython is installable from a registry here, so python.exe is tests/windows/python-bridge.c: heddle.exe finds it on
+# PATH as it would python.org's, and it runs the stage script itself (deploy.py, with its real arguments, paths
+# translated) under the host's Linux python3 through Wine, against the hailortcli test double.
+printf '{"kind": "HEF", "test_double": "TEST DOUBLE", "hw_arch": "hailo10h", "net_name": "mezo", "sdk_version": "5.3.0"}' >data/model.hef
+printf '{"sdk": {"module": "hailo_sdk_client", "version": "5.3.0+testdouble", "test_double": "TEST DOUBLE"}}' >data/compile.json
+cli_w="$(winpath "$root/tests/images/dfc-double/bin/hailortcli")"
+cat >pipelines/device.toml <<EOF
 [pipeline]
 name = "device"
 
 [stages.deploy]
 uses = "hailo/deploy"
 inputs = { hef = { path = "data/model.hef" }, compile_report = { path = "data/compile.json" } }
-with = { python = "python" }
+with = { hailortcli = '$cli_w', seconds = 1, repeats = 2 }
 EOF
 heddle run pipelines/device.toml
-expect_rc 0 "hailo/deploy with python = \"python\""
-check "the interpreter got deploy.py" grep -q 'deploy.py", "argc"' out/device/deploy/deploy.json
+expect_rc 0 "hailo/deploy with its default python (python on Windows)"
+deploy_field() { python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))[sys.argv[2]]))' out/device/deploy/deploy.json "$1"; }
+check "deploy.py ran: two throughput runs, each with FPS" [ "$(deploy_field fps_runs | python3 -c 'import json, sys; print(len(json.load(sys.stdin)))')" = 2 ]
+check "deploy.py ran: latency from its own run2" [ "$(deploy_field hw_latency_ms)" = 2.27 ]
+check "deploy.py ran: parse-hef read in the 5.2 format" [ "$(deploy_field hef | python3 -c 'import json, sys; print(json.load(sys.stdin)["compiler_version"])')" = 5.3.0 ]
+check "run record: deploy ok" in_record "deploy ok ran"
 
 # ---------------------------------------------------------------- containers: the named pipe
 cat >pipelines/container.toml <<'EOF'

@@ -15,6 +15,7 @@ pub mod exec;
 pub mod explain;
 pub mod holder_file;
 pub mod host_pool;
+pub mod host_vars;
 pub mod hostname;
 pub mod hosts;
 pub mod inputs;

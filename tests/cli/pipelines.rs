@@ -46,3 +46,35 @@ fn paths_with_spaces_are_quoted() {
     assert_eq!(p.read("out/s/a/o u t.txt"), "spaced\n");
     assert_eq!(p.read("out/s/b/copy.txt"), "spaced\n");
 }
+
+/// `{{ host.python }}` in a param's default — a definition's and a pipeline's — renders to this
+/// platform's Python (`python3` here, `python` on Windows), so a device-host stage runs on either
+/// without a `with`; an unknown `host.*` is a load error naming the param.
+#[test]
+fn host_python_in_param_defaults_is_this_platforms_interpreter() {
+    let p = Project::new();
+    p.file(
+        "stages/t/py/stage.toml",
+        "[stage]\nrun = [\"{{ params.python }}\", \"-c\", \"import sys; open(sys.argv[1], 'w').write(sys.argv[2])\", \"{{ out.x }}\", \"{{ params.python }}\"]\n\n[outputs]\nx = \"x.txt\"\n\n[params]\npython = { type = \"string\", default = \"{{ host.python }}\" }\n",
+    )
+    .file(
+        "p.toml",
+        "[pipeline]\nname = \"h\"\n\n[params]\ninterp = \"{{ host.python }}\"\n\n[stages.def]\nuses = \"t/py\"\n\n[stages.pipe]\nuses = \"t/py\"\nwith = { python = \"{{ params.interp }}\" }\n",
+    );
+    p.run("p.toml", &[]).ok();
+    let want = if cfg!(windows) { "python" } else { "python3" };
+    assert_eq!(p.read("out/h/def/x.txt"), want);
+    assert_eq!(p.read("out/h/pipe/x.txt"), want);
+
+    p.file(
+        "q.toml",
+        "[pipeline]\nname = \"q\"\n\n[params]\ninterp = \"{{ host.pyth }}\"\n\n[stages.a]\nrun = \"echo {{ params.interp }}\"\n",
+    );
+    let bad = p.heddle(&["plan", "q.toml"]).code(2);
+    assert!(
+        bad.stderr
+            .contains("param `interp`: unknown variable `host.pyth`"),
+        "{}",
+        bad.stderr
+    );
+}

@@ -37,7 +37,15 @@ def test_user_keywords_win_on_the_same_command_and_target_and_the_stage_s_others
         {"command": "model_optimization_config", "target": "calibration", "keyword": "calibset_size",
          "stage": "1024", "user": "64"}]
     assert ms.effective(text) == {"precision": "a16_w16", "optimization_level": 2, "compression_level": 1,
-                                  "calibset_size": 64, "batch_size": 8}
+                                  "calibset_size": 64, "batch_size": 8, "post_quantization": {}}
+
+
+def test_effective_reads_post_quantization_policies_last_one_winning():
+    text = ("post_quantization_optimization(finetune, policy=enabled, learning_rate=0.0001,\n"
+            "    epochs=8, dataset_size=2048)\n"
+            "post_quantization_optimization(adaround, policy=enabled, epochs=100)\n"
+            "post_quantization_optimization(finetune, policy=disabled)\n")
+    assert ms.effective(text)["post_quantization"] == {"finetune": "disabled", "adaround": "enabled"}
 
 
 def test_other_targets_are_not_the_same_thing():

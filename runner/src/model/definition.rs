@@ -167,7 +167,16 @@ fn def_params(
             continue;
         };
         let default = pd.default.as_ref().and_then(|d| {
-            ty.coerce(toml_to_json(d.get_ref()))
+            // `{{ host.python }}` and the like: rendered here, once (host_vars.rs).
+            let v = crate::host_vars::render_value(toml_to_json(d.get_ref()))
+                .map_err(|e| {
+                    errs.push(source.error(
+                        Some(d.span()),
+                        format!("default of `{}`: {}", k.get_ref(), e.message),
+                    ))
+                })
+                .ok()?;
+            ty.coerce(v)
                 .map_err(|msg| {
                     errs.push(source.error(
                         Some(d.span()),

@@ -83,11 +83,16 @@ impl Loader {
                 format!("pipeline name `{name}` must be letters, digits, `-` or `_`"),
             );
         }
-        let mut params: BTreeMap<String, Value> = spec
-            .params
-            .iter()
-            .map(|(k, v)| (k.clone(), toml_to_json(v.get_ref())))
-            .collect();
+        let mut params: BTreeMap<String, Value> = BTreeMap::new();
+        for (k, v) in &spec.params {
+            // `{{ host.python }}` and the like: rendered here, once (host_vars.rs).
+            match crate::host_vars::render_value(toml_to_json(v.get_ref())) {
+                Ok(v) => {
+                    params.insert(k.clone(), v);
+                }
+                Err(e) => self.err(v.span(), format!("param `{k}`: {}", e.message)),
+            }
+        }
         apply_overrides(&mut params, &opts.overrides)?;
         let pools = self.pools(&spec.resources);
         let envs = self.envs(&spec.envs);

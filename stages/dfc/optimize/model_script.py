@@ -162,11 +162,16 @@ def merge(stage_text, user_text):
 
 def effective(script_text):
     """What the merged script asks the DFC for: {precision, optimization_level, compression_level, calibset_size,
-    batch_size}, each None when the script leaves it to the DFC's default. The last statement that sets a value
-    wins, as the DFC reads a script top to bottom."""
+    batch_size}, each None when the script leaves it to the DFC's default, and post_quantization: {algorithm:
+    policy} for each post_quantization_optimization(ALGORITHM, policy=...) (e.g. {"finetune": "disabled"}). The
+    last statement that sets a value wins, as the DFC reads a script top to bottom."""
     out = dict.fromkeys(["precision", "optimization_level", "compression_level", "calibset_size", "batch_size"])
+    out["post_quantization"] = {}
     for s in parse(script_text):
         kw = s.keywords
+        if s.name == "post_quantization_optimization" and s.positional and "policy" in kw:
+            out["post_quantization"][s.positional[0]] = kw["policy"]
+            continue
         if s.key == ("quantization_param", "{*}") and "precision_mode" in kw:
             out["precision"] = kw["precision_mode"]
         elif s.name == "model_optimization_flavor":

@@ -22,12 +22,16 @@ SDK prints during optimize() (file-descriptor level, so the SDK's own log handle
   * the level actually used ("Using default optimization level of N", "Reducing optimization level to N ...");
   * the calibration entry count ("Using dataset with N entries for calibration");
   * every "... skipped" line and the GPU fallback ("No GPU chosen and no suitable GPU found, falling back to CPU");
-  * at a used level >= 2, the positive line "Quantization-Aware Fine-Tuning ... done" — the absence of a reduction
-    line is not evidence that the level ran.
+  * per algorithm the merged script asks for at the level used (level_guard.py: bias correction at 1, QAFT at 2,
+    AdaRound at 3-4, as overridden by post_quantization_optimization(ALGORITHM, policy=...)), its done or skipped
+    line — the absence of a reduction line is not evidence that the level ran.
 It records all of it in its report and FAILS (class DegradedOptimization) when the level used is not the level asked
-for, or when level >= 2 was used without Quantization-Aware Fine-Tuning completing — so a degraded quantisation is
-never cached under the requested level. An exception inside the SDK is recorded with its class and message in
-$HEDDLE_ERROR_FILE. Untested against the real DFC until someone runs it there.
+for, or when an algorithm the script asks for did not run where the public record says what the DFC prints (a
+skipped line; no done line for QAFT or bias correction) — so a degraded quantisation is never cached under the
+requested level. Where no public evidence says what the DFC prints (AdaRound's done line; whether QAFT runs
+when every layer is 16-bit) it warns instead (stderr and the report's guard_warnings) and does not fail on a
+guess. An exception inside the SDK is recorded with its class and message in $HEDDLE_ERROR_FILE. Untested against
+the real DFC until someone runs it there.
 """
 import argparse
 import os
@@ -35,6 +39,7 @@ import re
 import sys
 import tempfile
 
+import level_guard  # beside this script: which algorithms a level asks for, and the log's evidence of each
 import model_script as ms  # beside this script: the stage's lines and their merge with a user's .alls
 
 
@@ -77,7 +82,7 @@ def parse_sdk_log(text, requested):
     the last reduction line if any, else the default-level line if any, else the requested level (no reduction
     reported); `requested` None means the script set no level (the DFC's default applies)."""
     lines = [ln for ln in text.splitlines()
-             if re.search(r"optimization level|entries for|GPU|skipped|Fine-Tuning", ln, re.I)]
+             if re.search(r"optimization level|entries for|GPU|skipped|Fine-Tuning|is done", ln, re.I)]
     used, evidence = requested, "no 'Reducing optimization level' line in the SDK log"
     m = re.findall(r"Using default optimization level of (-?\d+)", text)
     if m:
@@ -92,20 +97,18 @@ def parse_sdk_log(text, requested):
     gpu = [ln.strip() for ln in text.splitlines() if re.search(r"No GPU chosen.*falling back to CPU", ln)]
     qaft_done = bool(re.search(QAFT + r"[^\n]*\bdone\b", text))
     return {"level_used": used, "level_evidence": evidence, "calib_entries": entries, "qaft_done": qaft_done,
-            "skipped": skipped, "gpu_fallback": gpu[-1] if gpu else None, "log_lines": lines}
+            "skipped": skipped, "gpu_fallback": gpu[-1] if gpu else None, "log_lines": lines, "text": text}
 
 
-def degraded(info, requested):
-    """Why the quantisation is not what was asked for, or None."""
+def degraded(info, requested, asked):
+    """(why the quantisation is not what was asked for, or None; the algorithms judged; warnings)."""
+    gpu = f"; {info['gpu_fallback']}" if info["gpu_fallback"] else ""
     if requested is not None and info["level_used"] != requested:
         return (f"optimisation level {info['level_used']} used, {requested} asked ({info['level_evidence']}); "
-                f"calibration entries {info['calib_entries']}"
-                + (f"; {info['gpu_fallback']}" if info["gpu_fallback"] else ""))
-    if info["level_used"] is not None and info["level_used"] >= 2 and not info["qaft_done"]:
-        why = next((s for s in info["skipped"] if QAFT in s), f"no '{QAFT} ... done' line in the SDK log")
-        return (f"optimisation level {info['level_used']} reported but {QAFT} did not run ({why})"
-                + (f"; {info['gpu_fallback']}" if info["gpu_fallback"] else ""))
-    return None
+                f"calibration entries {info['calib_entries']}" + gpu), {}, []
+    algos, why, warnings = level_guard.judge(info["text"], info["level_used"], asked["post_quantization"],
+                                             asked["precision"])
+    return ((f"optimisation level {info['level_used']}: {why}" + gpu) if why else None), algos, warnings
 
 
 def model_script(precision, level, compression, batch_size, calibset_size, mode="full", user_text=""):
@@ -166,7 +169,11 @@ def optimize(hs, har, calib_path, hw_arch, precision, level, compression, batch_
               "compression_level": asked["compression_level"], "model_script": script,
               "model_script_input": user_text or None, "model_script_overrides": overrides,
               "sdk_log_lines": info["log_lines"]}
-    why = degraded(info, requested)
+    why, algos, warnings = degraded(info, requested, asked)
+    report["post_quantization_algorithms"] = algos
+    report["guard_warnings"] = warnings
+    for w in warnings:
+        print(f"dfc/optimize: warning: {w}", file=sys.stderr)
     if why:
         raise DegradedOptimization(why)
     runner.save_har(out_har)

@@ -36,9 +36,17 @@ def hailortcli_version(hailortcli="hailortcli"):
     return (p.stdout + p.stderr).strip() or None
 
 
+# The first HailoRT whose python binding has the calls this context makes: VDevice.create_infer_model,
+# ConfiguredInferModel.get_async_queue_size / wait_for_async_ready / run_async all arrive in 4.18.0
+# (hailort libhailort/bindings/python/platform/hailo_platform/pyhailort/pyhailort.py: absent at v4.17.1, present at
+# v4.18.0).
+MIN_HAILORT = (4, 18)
+
+
 def check_platform(hailortcli="hailortcli"):
-    """Import hailo_platform and check it before touching a device: present, has the InferModel API, and its version
-    matches HailoRT's (the wheel's _pyhailort must equal the library). -> identity dict; raises HailoPlatformError."""
+    """Import hailo_platform and check it before touching a device: present, at least HailoRT 4.18 (the async queue
+    calls), has the InferModel API, and its version matches HailoRT's (the wheel's _pyhailort must equal the
+    library). -> identity dict; raises HailoPlatformError."""
     import sys
     try:
         import hailo_platform
@@ -48,13 +56,19 @@ def check_platform(hailortcli="hailortcli"):
             "python wheel (hailort-<version>-cp3X-...whl from Hailo's Developer Zone) that matches the installed "
             "HailoRT, into this interpreter, or point the stage's `python` param at one that has it") from e
     version = getattr(hailo_platform, "__version__", None)
+    mm = _major_minor(version)
+    if mm is None or mm < MIN_HAILORT:
+        raise HailoPlatformError(
+            f"hailo_platform {version} is older than HailoRT {MIN_HAILORT[0]}.{MIN_HAILORT[1]}: this stage uses "
+            "ConfiguredInferModel.get_async_queue_size, wait_for_async_ready and run_async, which arrived in 4.18; "
+            "install HailoRT 4.18 or later and its matching wheel (5.x for Hailo-10H)")
     vdevice = getattr(hailo_platform, "VDevice", None)
     if vdevice is None or not hasattr(vdevice, "create_infer_model"):
         raise HailoPlatformError(
-            f"hailo_platform {version} has no VDevice.create_infer_model: the InferModel API is required on "
-            "Hailo-10H (HailoRT 5.x); install the HailoRT 5.x wheel")
+            f"hailo_platform {version} has no VDevice.create_infer_model: the InferModel API (HailoRT 4.18+) is "
+            "required, and on Hailo-10H HailoRT 5.x; install the matching wheel")
     cli = hailortcli_version(hailortcli)
-    if cli is not None and _major_minor(cli) != _major_minor(version):
+    if cli is not None and _major_minor(cli) != mm:
         raise HailoPlatformError(
             f"hailo_platform {version} does not match HailoRT ({cli!r}): install the wheel of the same version")
     return {"module": "hailo_platform", "version": version, "hailortcli_version": cli,

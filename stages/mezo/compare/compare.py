@@ -69,8 +69,10 @@ def collect(hs, dirs):
             if st == "ok" and probe is None:
                 st = "failed"
                 status = dict(status, error="probe output missing")
+            stream = matrix.get("stream") or ((probe or {}).get("params") or {}).get("stream") or ""
             m = {"precision": str(matrix.get("precision", "")), "context": str(matrix.get("context", "")),
-                 "matrix": matrix, "status": st, "label": status.get("label") or name, "probe": probe}
+                 "stream": str(stream), "matrix": matrix, "status": st, "label": status.get("label") or name,
+                 "probe": probe}
             if probe and not m["context"]:
                 m["context"] = probe.get("context", "")
             if st != "ok":
@@ -113,7 +115,30 @@ def protocol_of(m):
 
 
 def context_key(order):
-    return lambda m: (order.index(m["context"]) if m["context"] in order else len(order), m["context"])
+    return lambda m: (order.index(m["context"]) if m["context"] in order else len(order), m["context"], m["stream"])
+
+
+def column(m, streams):
+    """A member's column name: its context, and its random stream when the table holds more than one."""
+    return f"{m['context']} [{m['stream']}]" if len(streams) > 1 else m["context"]
+
+
+def stream_note(ok):
+    """What each entry-protocol stream drew from, from the probes' own params."""
+    seen = {}
+    for m in ok:
+        pr = m["probe"].get("params") or {}
+        if pr.get("protocol") == "entry" and m["stream"]:
+            seen.setdefault(m["stream"], pr)
+    parts = []
+    if "continue" in seen:
+        seed = seen["continue"].get("author_seed")
+        parts.append(f"continue = X, noise and z continue the author's np.random.seed({seed}) stream after its "
+                     "weights and calibration set (the entry's SDK_QUANTIZED probe)")
+    if "reseed" in seen:
+        seed = seen["reseed"].get("seed")
+        parts.append(f"reseed = np.random.seed({seed}) before X (the entry's SDK_BIT_EXACT probe)")
+    return "stream: " + "; ".join(parts) + "." if len(seen) > 1 else None
 
 
 def render(members, title, context_order=()):
@@ -135,6 +160,11 @@ def render(members, title, context_order=()):
     if any(protocol_of(m) == "entry" for m in ok):
         lines.append(ENTRY_NOTE)
         lines.append("")
+    streams = {m["stream"] for m in members}
+    note = stream_note(ok)
+    if note:
+        lines.append(note)
+        lines.append("")
     agreement = {}
     for p in precisions:
         runs = sorted([m for m in ok if m["precision"] == p], key=context_key(context_order))
@@ -146,7 +176,7 @@ def render(members, title, context_order=()):
         head = ["eps"]
         sep = ["---"]
         for m in runs:
-            head += [f"{m['context']} sign", "r", "ratio"]
+            head += [f"{column(m, streams)} sign", "r", "ratio"]
             sep += ["---:", "---:", "---:"]
         lines.append("| " + " | ".join(head) + " |")
         lines.append("| " + " | ".join(sep) + " |")
@@ -161,15 +191,20 @@ def render(members, title, context_order=()):
         lines.append("| --- | ---: | ---: | ---: |")
         for m in runs:
             pr = m["probe"]
-            lines.append(f"| {m['context']} | {pr['start_loss']:.4e} | {pr['start_loss_float']:.4e} | "
+            lines.append(f"| {column(m, streams)} | {pr['start_loss']:.4e} | {pr['start_loss_float']:.4e} | "
                          f"{pr['start_output_max_abs_diff_vs_float']:.3e} |")
-        starts = [m["probe"]["start_loss"] for m in runs]
-        same5 = len({f"{s:.4e}" for s in starts}) == 1
-        exact = len({m["probe"].get("start_output_digest") for m in runs}) == 1
-        agreement[p] = {"agree_5_figures": same5, "identical_outputs": exact, "contexts": [m["context"] for m in runs]}
-        if len(runs) > 1 and all(protocol_of(m) == "entry" for m in runs):
+        # Contexts are compared within one random stream: two streams draw different X.
+        by_stream = {}
+        for m in runs:
+            by_stream.setdefault(m["stream"], []).append(m)
+        same5 = all(len({f"{m['probe']['start_loss']:.4e}" for m in g}) == 1 for g in by_stream.values())
+        exact = all(len({m["probe"].get("start_output_digest") for m in g}) == 1 for g in by_stream.values())
+        agreement[p] = {"agree_5_figures": same5, "identical_outputs": exact,
+                        "contexts": [column(m, streams) for m in runs]}
+        if len(runs) > len(by_stream) and all(protocol_of(m) == "entry" for m in runs):
             lines.append("")
-            lines.append(f"Start loss {'equal' if same5 else 'NOT equal'} in every context (by construction); "
+            each = "every context" if len(by_stream) == 1 else "every context of a stream"
+            lines.append(f"Start loss {'equal' if same5 else 'NOT equal'} in {each} (by construction); "
                          f"unperturbed outputs {'bit-identical' if exact else 'differ'} across contexts.")
         elif len(runs) > 1:
             lines.append("")
@@ -178,7 +213,7 @@ def render(members, title, context_order=()):
         lines.append("")
     lines.append("## Failed or skipped instances")
     lines.append("")
-    failures = failure_rows(bad)
+    failures = failure_rows(bad, streams)
     if not failures:
         lines.append("none")
     for f in failures:
@@ -187,26 +222,27 @@ def render(members, title, context_order=()):
     return "\n".join(lines), agreement, failures
 
 
-def failure_rows(bad):
+def failure_rows(bad, streams=()):
     """One row per failure: an instance that failed itself ("a8_w8 × SDK_BIT_EXACT FAILED InferenceError: ..."),
     or one upstream failure with every precision x context it skipped ("a16_w4 FAILED AttributeError: ...
     (in optimize[precision=a16_w4]; skipped: SDK_BIT_EXACT, SDK_QUANTIZED)")."""
     groups = {}
-    for m in sorted(bad, key=lambda m: (prec_key(m["precision"]), m["context"])):
+    for m in sorted(bad, key=lambda m: (prec_key(m["precision"]), m["context"], m["stream"])):
         upstream = m.get("error_at") and m["error_at"] != m["label"]
-        key = (m["precision"], m["error"], m["error_at"]) if upstream else (m["precision"], m["context"], m["label"])
+        key = ((m["precision"], m["error"], m["error_at"]) if upstream
+               else (m["precision"], m["context"], m["stream"], m["label"]))
         groups.setdefault(key, []).append(m)
     rows = []
     for members in groups.values():
         m = members[0]
         prec = m["precision"] or "?"
         if m.get("error_at") and m["error_at"] != m["label"]:
-            ctxs = [x["context"] or "?" for x in members]
+            ctxs = [column(x, streams) or "?" for x in members]
             line = f"{prec} FAILED {m['error']} (in {m['error_at']}; {m['status']}: {', '.join(ctxs)})"
             rows.append({"precision": m["precision"], "contexts": ctxs, "status": m["status"],
                          "error": m["error"], "at": m["error_at"], "line": line})
         else:
-            line = f"{prec} × {m['context'] or '?'} FAILED {m['error']}"
+            line = f"{prec} × {column(m, streams) or '?'} FAILED {m['error']}"
             rows.append({"precision": m["precision"], "contexts": [m["context"]], "status": m["status"],
                          "error": m["error"], "at": m["label"], "line": line})
     return rows
@@ -230,17 +266,17 @@ def main(argv=None):
     with open(a.out_csv, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["precision", "context", "status", "eps", "sign", "r", "ratio", "median_abs_g",
-                    "median_abs_g_float", "start_loss", "start_loss_float", "error", "error_at"])
-        for m in sorted(members, key=lambda m: (prec_key(m["precision"]), m["context"])):
+                    "median_abs_g_float", "start_loss", "start_loss_float", "error", "error_at", "stream"])
+        for m in sorted(members, key=lambda m: (prec_key(m["precision"]), m["context"], m["stream"])):
             if m["status"] == "ok":
                 pr = m["probe"]
                 for r in pr["rows"]:
                     w.writerow([m["precision"], m["context"], "ok", r["eps"], r["sign"], r["r"], r["ratio"],
                                 r["median_abs_g"], r["median_abs_g_float"], pr["start_loss"],
-                                pr["start_loss_float"], "", ""])
+                                pr["start_loss_float"], "", "", m["stream"]])
             else:
                 w.writerow([m["precision"], m["context"], m["status"], "", "", "", "", "", "", "", "",
-                            m["error"], m.get("error_at") or ""])
+                            m["error"], m.get("error_at") or "", m["stream"]])
     summary = {"members": [{k: v for k, v in m.items() if k != "probe"} | (
         {"start_loss": m["probe"]["start_loss"], "start_loss_float": m["probe"]["start_loss_float"],
          "rows": [{k: v for k, v in r.items() if k not in ("g", "g_float")} for r in m["probe"]["rows"]]}
@@ -258,7 +294,9 @@ def plots(members):
     plots schema ({"plots": [{title, x_label, y_label, x_log, y_log, series: [{name, panel,
     points}]}]}): a series is named by its context and drawn in its precision's panel, so the
     report sets the precisions side by side as the tables are."""
-    ok = sorted((m for m in members if m["status"] == "ok"), key=lambda m: (prec_key(m["precision"]), m["context"]))
+    ok = sorted((m for m in members if m["status"] == "ok"),
+                key=lambda m: (prec_key(m["precision"]), m["context"], m["stream"]))
+    streams = {m["stream"] for m in members}
     out = []
     for metric, label, y_log in (("sign", "sign agreement", False), ("r", "Pearson r", False),
                                  ("ratio", "median |g| ratio (quantised / float)", True)):
@@ -266,7 +304,7 @@ def plots(members):
         for m in ok:
             pts = [[r["eps"], r[metric]] for r in m["probe"]["rows"]
                    if r.get(metric) is not None and (not y_log or r[metric] > 0)]
-            series.append({"name": m["context"], "panel": m["precision"], "points": sorted(pts)})
+            series.append({"name": column(m, streams), "panel": m["precision"], "points": sorted(pts)})
         out.append({"title": f"{label} vs eps", "x_label": "eps", "y_label": label,
                     "x_log": True, "y_log": y_log, "series": series})
     return {"plots": out}

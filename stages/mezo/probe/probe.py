@@ -7,8 +7,9 @@ float), per eps sign agreement / Pearson r / ratio of median |g| (context over f
 Deterministic for a fixed seed: nothing time- or host-dependent enters the JSON (timings go to stderr).
 
 --protocol entry runs the logbook entry's own protocol instead (entry_protocol.py: perturbed inputs, each context's
-target its own output plus one shared noise, unit-norm z, both signs in one call per eps); the JSON has the same
-shape, with params.protocol saying which ran.
+target its own output plus one shared noise, per-sample unit-norm z, both signs in one call per eps, on either of the
+entry's two random streams: --stream reseed / continue); the JSON has the same shape, with params.protocol and
+params.stream saying which ran.
 
 An exception anywhere (including inside a vendor SDK) is written as {"class", "message"} to $HEDDLE_ERROR_FILE
 and re-raised, so the status record carries e.g. "InferenceError: graph execution error at ...".
@@ -58,6 +59,11 @@ def common_args(ap):
     ap.add_argument("--protocol", default="lora", choices=["lora", "entry"])
     ap.add_argument("--samples", type=int, default=64, help="entry protocol: rows of X = randn(samples, H, W, C)")
     ap.add_argument("--noise", type=float, default=0.10, help="entry protocol: noise = randn * std(float y) * this")
+    ap.add_argument("--stream", default="reseed", choices=["reseed", "continue"],
+                    help="entry protocol: reseed = np.random.seed(seed) before X (the entry's SDK_BIT_EXACT probe); "
+                         "continue = X, noise and z continue the author's stream after its weights and calibration "
+                         "set (its SDK_QUANTIZED probe)")
+    ap.add_argument("--author-seed", type=int, default=None, help="entry protocol, stream continue: onnx/author's seed")
     ap.add_argument("--out", required=True)
 
 
@@ -65,8 +71,10 @@ def run_entry_probe(args, ctx_factory, float_factory, meta, sample_shape):
     """The logbook entry's protocol (entry_protocol.py); same JSON shape as run_probe."""
     import entry_protocol
     t = time.monotonic()
+    weights = np.load(args.weights) if args.stream == "continue" else None
+    calib = np.load(args.calib) if args.stream == "continue" else None
     r = entry_protocol.run(ctx_factory, float_factory, sample_shape, args.samples, args.draws, parse_eps(args.eps),
-                           args.seed, args.noise)
+                           args.seed, args.noise, args.stream, args.author_seed, weights, calib)
     print(f"[probe] entry protocol: {r['fctx'].name} and {r['ctx'].name} in {time.monotonic() - t:.1f}s",
           file=sys.stderr)
     y0, y0_float = r["y0"], r["y0_float"]
@@ -77,7 +85,8 @@ def run_entry_probe(args, ctx_factory, float_factory, meta, sample_shape):
         "context": r["ctx"].name,
         "float_ref": r["fctx"].name,
         "params": {"protocol": "entry", "draws": args.draws, "eps": parse_eps(args.eps), "samples": args.samples,
-                   "seed": args.seed, "noise": args.noise},
+                   "seed": args.seed, "noise": args.noise, "stream": args.stream,
+                   "author_seed": args.author_seed if args.stream == "continue" else None},
         "sample_shape": list(sample_shape),
         "outputs_per_sample": int(np.prod(y0.shape[1:])),
         # Each context's target is its own y0 plus the same noise: these two are equal by construction.

@@ -8,7 +8,9 @@ The async queue, as on the local runner: get_async_queue_size() frames ($HAILO_D
 in flight; a job leaves the queue when it is waited for or when wait_for_async_ready() makes room (the device
 finishing the oldest frame); one more run_async — or a run() over more bindings than the queue holds — raises
 HailoRTException("HAILO_QUEUE_IS_FULL"). Jobs never finish on their own here, as if the device were slower than
-the host, so a caller that does not wait is caught."""
+the host, so a caller that does not wait is caught.
+$HAILO_DOUBLE_PLATFORM_VERSION sets the version it claims (default 5.2.0); below 4.18 it lacks the InferModel API,
+as the real binding did."""
 import contextlib
 import json
 import os
@@ -197,3 +199,18 @@ class VDevice:
     def __exit__(self, *e):
         self.release()
         return False
+
+
+def _major_minor(v):
+    import re
+    m = re.match(r"(\d+)\.(\d+)", v)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+# The InferModel API and its async queue calls (VDevice.create_infer_model, ConfiguredInferModel.get_async_queue_size,
+# wait_for_async_ready, run_async) first appear in HailoRT 4.18.0's pyhailort.py; a double claiming an older version
+# has none of them, as the real binding had not.
+if _major_minor(__version__) < (4, 18):
+    del VDevice.create_infer_model
+    for _name in ("get_async_queue_size", "wait_for_async_ready", "run_async"):
+        delattr(_Configured, _name)

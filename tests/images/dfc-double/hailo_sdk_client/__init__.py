@@ -24,9 +24,12 @@ Emulated behaviour (from public reports, see docs/hailo-toolchain.md and the log
     $HAILO_DOUBLE_GPU_BUSY=1 says it already uses more than ~5 % of its memory (a GPU driving a display), which the
     optimiser passes over unless CUDA_VISIBLE_DEVICES is set — then it logs "No GPU chosen and no suitable GPU found,
     falling back to CPU". Without a usable GPU a requested level > 0 is reduced to 0 ("Reducing optimization level
-    to 0 ..."). At level >= 2 Quantization-Aware Fine-Tuning runs ("Starting Quantization-Aware Fine-Tuning",
-    "Quantization-Aware Fine-Tuning is done ..."), otherwise it is "skipped"; $HAILO_DOUBLE_SKIP_QAFT=1 makes it
-    skipped at level 2 too, to test that a stage does not trust the level line alone.
+    to 0 ..."). Then one post-quantisation algorithm per level used: bias correction at 1, Quantization-Aware
+    Fine-Tuning at 2 ("Starting Quantization-Aware Fine-Tuning", "Model Optimization Algorithm Quantization-Aware
+    Fine-Tuning is done ..."), AdaRound at 3-4, each overridden by post_quantization_optimization(ALGO, policy=...);
+    the others log "X skipped" (see ClientRunner._log_post_quantization). $HAILO_DOUBLE_SKIP_QAFT=1 /
+    $HAILO_DOUBLE_SKIP_ADAROUND=1 make an algorithm that was asked for "skipped", to test that a stage does not trust
+    the level line alone.
     precision_mode=a16_w4 raises AttributeError("'function' object has no attribute 'set_wraparound_loss'").
   * infer_context(InferenceContext.X) context manager + infer(ctx, data); SDK_BIT_EXACT at a8_w8 raises
     InferenceError("graph execution error at conv2_1/act_op_1/pow"); SDK_HAILO_HW is not emulated.
@@ -46,7 +49,10 @@ from .exposed_definitions import (CalibrationDataType, InferenceContext, States,
                                   SUPPORTED_HW_ARCHS, PRECISION_MODES)
 
 TEST_DOUBLE = "TEST DOUBLE — not the Hailo SDK"
-__version__ = "0.0.0+testdouble"
+# $HAILO_DOUBLE_SDK_VERSION: the DFC version the double claims (a HEF it compiles carries it, as a real HEF header
+# carries its SDK version; hailortcli 5.2+ prints it in parse-hef). Default: none (0.0.0, which HailoRT treats as
+# missing).
+__version__ = os.environ.get("HAILO_DOUBLE_SDK_VERSION", "0.0.0") + "+testdouble"
 
 _log = logging.getLogger("hailo_sdk_client")
 if not _log.handlers:
@@ -242,6 +248,8 @@ class ClientRunner:
             with open(text) as f:
                 text = f.read()
         contexts = set()
+        if not append:
+            self._m["post_quantization"] = {}
         for line in _script_statements(text):
             m = re.match(r"^(?:([^=()]+?)\s*=\s*)?([\w.]+)\((.*)\)$", line)
             if not m:
@@ -272,6 +280,10 @@ class ClientRunner:
             elif cmd == "model_optimization_config" and target == "calibration":
                 if "calibset_size" in kv:
                     self._m["calibset_size"] = int(kv["calibset_size"])
+            elif cmd == "post_quantization_optimization" and "policy" in kv:
+                if kv["policy"] not in ("enabled", "disabled"):
+                    raise ModelScriptError(f"TEST DOUBLE: policy={kv['policy']!r} in line {line!r}")
+                self._m.setdefault("post_quantization", {})[target] = kv["policy"]
         self._m["model_script"] = (self._m["model_script"] + "\n" + text).strip() if append else text.strip()
 
     # ---- optimise ----------------------------------------------------------------------------------------------
@@ -306,18 +318,43 @@ class ClientRunner:
                 _log.warning("Reducing optimization level to 0 (the accuracy won't be optimized and compression "
                              "won't be used) because there's no available GPU")
         _log.info(f"Using dataset with {entries} entries for calibration")
-        _log.info("Bias Correction skipped")
-        _log.info("Adaround skipped")
-        if used >= 2 and os.environ.get("HAILO_DOUBLE_SKIP_QAFT") != "1":
-            _log.info("Starting Quantization-Aware Fine-Tuning")
-            _log.info(f"Using dataset with {min(1024, arr.shape[0])} entries for finetune")
-            _log.info("Quantization-Aware Fine-Tuning is done (completion time is 00:00:00.01)")
-        else:
-            _log.info("Quantization-Aware Fine-Tuning skipped")
+        self._log_post_quantization(used, arr.shape[0])
         if self._m["precision_mode"] == "a16_w4":
             raise AttributeError("'function' object has no attribute 'set_wraparound_loss'")
         _log.info("Model Optimization is done")
         self._m.update(state=States.QUANTIZED_MODEL, optimization_level_used=used, calib_entries=entries)
+
+    def _log_post_quantization(self, level, given):
+        """One post-quantisation algorithm per level (bias correction at 1, QAFT at 2, AdaRound at 3-4), as the
+        public reading of the optimiser's level table has it, overridden by post_quantization_optimization(ALGO,
+        policy=...); each algorithm logs its lines in the order public DFC logs show them. $HAILO_DOUBLE_SKIP_QAFT=1 /
+        $HAILO_DOUBLE_SKIP_ADAROUND=1 log "skipped" for an algorithm that was asked for (a silent fallback to catch).
+        What the DFC prints while AdaRound runs is in no public log: by default the double prints lines shaped like
+        QAFT's (a guess, marked so); $HAILO_DOUBLE_ADAROUND_LOG=silent prints nothing for it."""
+        want = {1: {"bias_correction"}, 2: {"finetune"}, 3: {"adaround"}, 4: {"adaround"}}.get(level, set())
+        for algo, policy in self._m.get("post_quantization", {}).items():
+            (want.add if policy == "enabled" else want.discard)(algo)
+        skip = {a for a, var in (("finetune", "HAILO_DOUBLE_SKIP_QAFT"), ("adaround", "HAILO_DOUBLE_SKIP_ADAROUND"))
+                if os.environ.get(var) == "1"}
+        run = want - skip
+        if "bias_correction" in run:
+            _log.info("Model Optimization Algorithm Bias Correction is done (completion time is 00:00:00.01)")
+        else:
+            _log.info("Bias Correction skipped")
+        if "adaround" not in run:
+            _log.info("Adaround skipped")
+        elif os.environ.get("HAILO_DOUBLE_ADAROUND_LOG") != "silent":
+            _log.info("Starting Adaround (TEST DOUBLE: the real DFC's AdaRound lines are not in any public log)")
+            _log.info(f"Using dataset with {min(256 if level == 3 else 1024, given)} entries for Adaround")
+            _log.info("Model Optimization Algorithm Adaround is done (completion time is 00:00:00.01)")
+        if "finetune" in run:
+            _log.info("Starting Quantization-Aware Fine-Tuning")
+            _log.info(f"Using dataset with {min(1024, given)} entries for finetune")
+            _log.info("Model Optimization Algorithm Quantization-Aware Fine-Tuning is done "
+                      "(completion time is 00:00:00.01)")
+        else:
+            _log.info("Quantization-Aware Fine-Tuning skipped")
+        self._m["post_quantization_ran"] = sorted(run)
 
     # ---- compile -----------------------------------------------------------------------------------------------
     def compile(self, **kwargs):
@@ -326,7 +363,8 @@ class ClientRunner:
         self._m["state"] = States.COMPILED_MODEL
         hef = {"test_double": TEST_DOUBLE, "kind": "HEF", "hw_arch": self._m["hw_arch"],
                "net_name": self._m["net_name"], "onnx_sha256": self._m["onnx_sha256"],
-               "input_nchw": self._m["input_nchw"], "precision_mode": self._m["precision_mode"]}
+               "input_nchw": self._m["input_nchw"], "precision_mode": self._m["precision_mode"],
+               "sdk_version": __version__.split("+")[0]}
         data = json.dumps(hef).encode()
         self._m["hef_sha256"] = hashlib.sha256(data).hexdigest()
         return data
