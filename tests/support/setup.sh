@@ -14,12 +14,27 @@ apt_install() { # WHY PACKAGES...
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
-# A Python venv at DIR with PIP_ARGS installed, unless DIR/bin/PROBE is already there.
+# A Python venv at DIR with PIP_ARGS installed, unless DIR/bin/PROBE is there and was made from
+# the same PIP_ARGS and requirement files (a stamp of both): target/ may be reused across CI runs
+# (.ci/run), and a changed pin must not leave a stale venv behind.
 python_venv() { # DIR PROBE WHY PIP_ARGS...
   local dir="$1" probe="$2" why="$3"
   shift 3
-  [[ -x "$dir/bin/$probe" ]] && return 0
+  local stamp arg prev=""
+  stamp="$(
+    printf '%s\n' "$@"
+    for arg in "$@"; do
+      [[ "$prev" == -r && -f "$arg" ]] && cat "$arg"
+      prev="$arg"
+    done
+  )"
+  stamp="$(printf '%s' "$stamp" | sha256sum | cut -c1-16)"
+  if [[ -x "$dir/bin/$probe" && "$(cat "$dir/.heddle-stamp" 2>/dev/null)" == "$stamp" ]]; then
+    return 0
+  fi
   echo "== python venv for $why ($dir)"
+  rm -rf "$dir"
   python3 -m venv "$dir"
   "$dir/bin/pip" install -q --disable-pip-version-check "$@"
+  echo "$stamp" >"$dir/.heddle-stamp"
 }
