@@ -7,7 +7,11 @@
 mod support;
 
 mod caching;
+mod escapes;
 mod failures;
 mod output;
 mod pipelines;
+mod quoting;
 mod records;
+mod secrets;
+mod trust;
