@@ -10,6 +10,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::error::ContainerError;
+use crate::mask::{Mask, MaskStream};
 use crate::spec::{LogLine, Stream};
 
 /// A line longer than this is passed on in pieces (the log files always get every byte).
@@ -21,10 +22,17 @@ pub(super) struct LogFiles {
     stdout_path: PathBuf,
     stderr: tokio::fs::File,
     stderr_path: PathBuf,
+    /// The secrets, hidden before a byte reaches a file or a line.
+    stdout_mask: MaskStream,
+    stderr_mask: MaskStream,
 }
 
 impl LogFiles {
-    pub(super) async fn create(stdout: &Path, stderr: &Path) -> Result<LogFiles, ContainerError> {
+    pub(super) async fn create(
+        stdout: &Path,
+        stderr: &Path,
+        mask: &Mask,
+    ) -> Result<LogFiles, ContainerError> {
         async fn open(path: &Path) -> Result<tokio::fs::File, ContainerError> {
             let io = |source| ContainerError::Io {
                 path: path.to_path_buf(),
@@ -40,6 +48,8 @@ impl LogFiles {
             stdout_path: stdout.to_path_buf(),
             stderr: open(stderr).await?,
             stderr_path: stderr.to_path_buf(),
+            stdout_mask: mask.stream(),
+            stderr_mask: mask.stream(),
         })
     }
 }
@@ -66,21 +76,24 @@ pub(super) async fn pump_logs(
             container: container.clone(),
             source,
         })?;
-        let (file, path, splitter, bytes) = match chunk {
+        let (file, path, splitter, mask, message) = match chunk {
             LogOutput::StdOut { message } | LogOutput::Console { message } => (
                 &mut files.stdout,
                 &files.stdout_path,
                 &mut out_lines,
+                &mut files.stdout_mask,
                 message,
             ),
             LogOutput::StdErr { message } => (
                 &mut files.stderr,
                 &files.stderr_path,
                 &mut err_lines,
+                &mut files.stderr_mask,
                 message,
             ),
             LogOutput::StdIn { .. } => continue,
         };
+        let bytes = mask.feed(&message);
         file.write_all(&bytes)
             .await
             .map_err(|source| ContainerError::Io {
@@ -89,16 +102,29 @@ pub(super) async fn pump_logs(
             })?;
         splitter.push(&bytes, &mut send);
     }
-    out_lines.finish(&mut send);
-    err_lines.finish(&mut send);
-    for (file, path) in [
-        (&mut files.stdout, &files.stdout_path),
-        (&mut files.stderr, &files.stderr_path),
+    for (file, path, splitter, mask) in [
+        (
+            &mut files.stdout,
+            &files.stdout_path,
+            &mut out_lines,
+            &mut files.stdout_mask,
+        ),
+        (
+            &mut files.stderr,
+            &files.stderr_path,
+            &mut err_lines,
+            &mut files.stderr_mask,
+        ),
     ] {
-        file.flush().await.map_err(|source| ContainerError::Io {
+        let rest = mask.finish();
+        let io = |source| ContainerError::Io {
             path: path.clone(),
             source,
-        })?;
+        };
+        file.write_all(&rest).await.map_err(io)?;
+        splitter.push(&rest, &mut send);
+        splitter.finish(&mut send);
+        file.flush().await.map_err(io)?;
     }
     Ok(())
 }

@@ -54,7 +54,7 @@ impl Engine {
         cancel: CancellationToken,
     ) -> Result<ContainerOutcome, ContainerError> {
         let body = create_body(spec)?;
-        let logs = LogFiles::create(&spec.stdout_log, &spec.stderr_log).await?;
+        let logs = LogFiles::create(&spec.stdout_log, &spec.stderr_log, &spec.mask).await?;
         if cancel.is_cancelled() {
             return Ok(ContainerOutcome::Cancelled);
         }
