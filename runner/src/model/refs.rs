@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 
 use crate::diag::{Diagnostic, Source};
+use crate::shell_context;
 use crate::spec::RunSpec;
 use crate::template::Template;
 
@@ -58,15 +59,46 @@ pub(crate) fn parse_run(
 ) -> Result<RunTemplate, Diagnostic> {
     let err = |off: usize, msg: String| src.error(Some(span.start + 1 + off..span.end), msg);
     match run {
-        RunSpec::Shell(s) => Template::parse(s)
-            .map(RunTemplate::Shell)
-            .map_err(|e| err(e.offset, e.message)),
+        RunSpec::Shell(s) => {
+            let t = Template::parse(s).map_err(|e| err(e.offset, e.message))?;
+            if let Some((offset, ctx)) = shell_context::unsafe_vars(&t).into_iter().next() {
+                let nth = t.vars().take_while(|(_, o)| *o < offset).count();
+                let expr = t
+                    .vars()
+                    .nth(nth)
+                    .map(|(p, _)| p.join("."))
+                    .unwrap_or_default();
+                let at = nth_template_in_source(src, &span, nth);
+                let d = src
+                    .error(Some(at), format!("`{{{{ {expr} }}}}` is {}: {}", ctx.describe(), ctx.danger()))
+                    .with_help(format!(
+                        "write it as a word of its own, outside any quotes (heddle quotes every value it puts in a shell command: `echo {{{{ {expr} }}}}`, `--flag={{{{ {expr} }}}}`), or use exec form: `run = [\"prog\", \"{{{{ {expr} }}}}\"]`"
+                    ));
+                return Err(d);
+            }
+            Ok(RunTemplate::Shell(t))
+        }
         RunSpec::Exec(args) => args
             .iter()
             .map(|a| Template::parse(a).map_err(|e| src.error(Some(span.clone()), e.message)))
             .collect::<Result<Vec<_>, _>>()
             .map(RunTemplate::Exec),
     }
+}
+
+/// Where the `nth` template of a `run` value starts in its file: the nth `{{` of the value's
+/// source text (escapes such as `\"` move it from its offset in the parsed string). The whole
+/// `{{ … }}` is underlined.
+fn nth_template_in_source(src: &Source, span: &Range<usize>, nth: usize) -> Range<usize> {
+    let text = src.text.get(span.clone()).unwrap_or("");
+    let start = text
+        .match_indices("{{")
+        .nth(nth)
+        .map_or(span.start, |(i, _)| span.start + i);
+    let end = src.text[start..]
+        .find("}}")
+        .map_or(span.end, |i| start + i + 2);
+    start..end
 }
 
 /// `stage.out`, `stage[*].out`, `stage[k=v,k2=v2].out`.
