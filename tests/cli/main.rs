@@ -7,6 +7,7 @@
 mod support;
 
 mod caching;
+mod edited;
 mod escapes;
 mod failures;
 mod output;
