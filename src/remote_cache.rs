@@ -72,6 +72,11 @@ fn resolve(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<RemoteSettings>, RemoteSetupError> {
     let (url, mode) = (flags.url.as_deref(), flags.mode.as_deref());
+    let file = project_root.join(".heddle").join("config.toml");
+    if !file.is_file() {
+        // No project layer: nothing to trust, one resolution.
+        return Ok(resolve_remote_trusting(project_root, env, url, mode, true).map_err(Box::new)?);
+    }
     let trust = crate::trust::check(project_root, env);
     let asked = resolve_remote_trusting(project_root, env, url, mode, true).map_err(Box::new)?;
     if trust.is_trusted() {
@@ -87,7 +92,6 @@ fn resolve(
             ),
             None => "the remote cache settings".into(),
         };
-        let file = project_root.join(".heddle").join("config.toml");
         crate::trust::warn_ignored(project_root, &file, &what, trust);
     }
     Ok(own)

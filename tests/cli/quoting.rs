@@ -170,3 +170,34 @@ fn verify_shows_its_params_and_refuses_ones_the_pipeline_would_not_take() {
     let runs_after = std::fs::read_dir(p.path(".heddle/runs")).unwrap().count();
     assert_eq!(runs_before, runs_after, "nothing ran");
 }
+
+/// Exec form passes values raw, so a template inside the script of `sh -c` (or `bash -ec`, a
+/// shell by its path) is code to the shell: refused, with the argument form as the fix, which
+/// keeps the value inert.
+#[test]
+fn a_template_in_an_exec_form_shell_script_is_refused() {
+    for run in [
+        "[\"sh\", \"-c\", \"echo {{ params.x }} > $0\", \"{{ out.o }}\"]",
+        "[\"/bin/bash\", \"-ec\", \"echo '{{ params.x }}' > $0\", \"{{ out.o }}\"]",
+    ] {
+        let p = Project::with_pipeline(&format!(
+            "[pipeline]\nname = \"q\"\n[params]\nx = \"hi\"\n[stages.a]\nrun = {run}\noutputs = {{ o = \"o.txt\" }}\n"
+        ));
+        let r = p
+            .heddle(&["run", "p.toml", "--set", &format!("x={HOSTILE}")])
+            .code(2);
+        assert_contains(&r.stderr, "-c` runs: exec form passes it raw, and the shell would run what it holds\n  --> p.toml:6:");
+        assert_contains(
+            &r.stderr,
+            "= help: pass it as an argument after the script and read it there as \"$1\"",
+        );
+        nothing_ran(&p);
+    }
+    let p = Project::with_pipeline(
+        "[pipeline]\nname = \"q\"\n[params]\nx = \"hi\"\n[stages.a]\nrun = [\"sh\", \"-c\", \"printf %s \\\"$1\\\" > \\\"$0\\\"\", \"{{ out.o }}\", \"{{ params.x }}\"]\noutputs = { o = \"o.txt\" }\n",
+    );
+    p.heddle(&["run", "p.toml", "--set", &format!("x={HOSTILE}")])
+        .ok();
+    assert_eq!(p.read("out/q/a/o.txt"), HOSTILE);
+    nothing_ran(&p);
+}

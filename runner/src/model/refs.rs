@@ -8,7 +8,7 @@ use std::ops::Range;
 use crate::diag::{Diagnostic, Source};
 use crate::shell_context;
 use crate::spec::RunSpec;
-use crate::template::Template;
+use crate::template::{Segment, Template};
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Selector {
@@ -78,12 +78,62 @@ pub(crate) fn parse_run(
             }
             Ok(RunTemplate::Shell(t))
         }
-        RunSpec::Exec(args) => args
-            .iter()
-            .map(|a| Template::parse(a).map_err(|e| src.error(Some(span.clone()), e.message)))
-            .collect::<Result<Vec<_>, _>>()
-            .map(RunTemplate::Exec),
+        RunSpec::Exec(args) => {
+            let ts = args
+                .iter()
+                .map(|a| Template::parse(a).map_err(|e| src.error(Some(span.clone()), e.message)))
+                .collect::<Result<Vec<_>, _>>()?;
+            check_shell_script(&ts, src, &span)?;
+            Ok(RunTemplate::Exec(ts))
+        }
     }
+}
+
+/// Shells whose `-c` argument is a script: exec form passes values raw, so a template in
+/// that script is read by the shell as code.
+const SHELLS: [&str; 7] = ["sh", "bash", "dash", "zsh", "ksh", "ash", "mksh"];
+
+/// Exec form that runs a shell script (`["sh", "-c", "script", ...]`, `-ec` and the like
+/// too): a template inside the script is refused, the fix being to pass the value as an
+/// argument the script reads as `"$1"`.
+fn check_shell_script(
+    ts: &[Template],
+    src: &Source,
+    span: &Range<usize>,
+) -> Result<(), Diagnostic> {
+    let Some([Segment::Lit(prog)]) = ts.first().map(|t| t.segments.as_slice()) else {
+        return Ok(());
+    };
+    let name = prog.rsplit(['/', '\\']).next().unwrap_or(prog);
+    if !SHELLS.contains(&name) {
+        return Ok(());
+    }
+    let is_c = |t: &Template| {
+        matches!(t.segments.as_slice(), [Segment::Lit(a)]
+            if a.starts_with('-') && !a.starts_with("--") && a.contains('c'))
+    };
+    let Some(at) = ts.iter().position(is_c) else {
+        return Ok(());
+    };
+    let Some(script) = ts.get(at + 1) else {
+        return Ok(());
+    };
+    let Some((first, _)) = script.vars().next() else {
+        return Ok(());
+    };
+    let expr = first.join(".");
+    let before: usize = ts[..at + 1].iter().map(|t| t.vars().count()).sum();
+    let d = src
+        .error(
+            Some(nth_template_in_source(src, span, before)),
+            format!(
+                "`{{{{ {expr} }}}}` is inside the script `{name} -c` runs: exec form passes it raw, and the shell would run what it holds"
+            ),
+        )
+        .with_help(format!(
+            "pass it as an argument after the script and read it there as \"$1\": `[\"{name}\", \"-c\", \"echo \\\"$1\\\"\", \"{name}\", \"{{{{ {expr} }}}}\"]`, or use shell form, where heddle quotes it"
+        ));
+    Err(d)
 }
 
 /// Where the `nth` template of a `run` value starts in its file: the nth `{{` of the value's
