@@ -47,9 +47,10 @@ run = "echo x $HEDDLE_TEST_TOKEN y > {{ out.o }}"
 outputs = { o = "o.txt" }
 "#;
 
-/// `heddle ARGS` with the canaries in the environment.
+/// `heddle ARGS` with the canaries in the environment, and heddle's own debug log on.
 fn heddle(p: &Project, args: &[&str], secret: &str, passed: &str) -> Run {
     p.cmd(args)
+        .env("HEDDLE_LOG", "debug")
         .env("HEDDLE_TEST_TOKEN", secret)
         .env("HEDDLE_TEST_PASSED", passed)
         .output()
