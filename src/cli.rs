@@ -76,6 +76,9 @@ enum Cmd {
     },
     /// Render a run as one self-contained HTML page.
     Report(commands::report::ReportArgs),
+    /// Let this project's .heddle/config.toml and .heddle/hosts.toml, as they are now, choose
+    /// the remote cache and the engines (and so where your credentials go).
+    Trust(commands::trust::TrustArgs),
     /// Remove containers a crashed run left behind.
     Gc(commands::gc::GcArgs),
     /// Print a shell completion script: `heddle completions bash > /etc/bash_completion.d/heddle`.
@@ -119,7 +122,8 @@ pub fn main() -> i32 {
     match rt.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("{}", error::render(&e));
+            // An error quotes the user's values and paths, and a stage's or a server's text.
+            eprintln!("{}", crate::printable::printable(&error::render(&e)));
             e.exit_code()
         }
     }
@@ -147,6 +151,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
         Cmd::Logbook { cmd } => logbook::logbook(s, cmd).await,
         Cmd::Report(a) => commands::report::report(s, a),
         Cmd::Gc(a) => commands::gc::gc(a).await,
+        Cmd::Trust(a) => commands::trust::trust(s, a),
         Cmd::Completions { shell } => commands::shell::completions(*shell, Cli::command()),
         Cmd::Man => commands::shell::man(Cli::command()),
         Cmd::Schema { file } => commands::schema::schema(*file),

@@ -118,6 +118,18 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    /// `heddle trust` could not record (or forget) a trust.
+    #[error(transparent)]
+    Trust(#[from] crate::trust::TrustError),
+    /// A logbook entry whose params its own pipeline does not accept (an unknown param, a
+    /// value of the wrong type, one that would reach the shell unsafely): nothing ran.
+    #[error("cannot verify {}: its params are not ones its pipeline {pipeline_file} accepts", entry.display())]
+    BadEntryParams {
+        entry: PathBuf,
+        pipeline_file: String,
+        #[source]
+        source: Box<Error>,
+    },
     /// A blocking task that panicked (a bug in heddle, not in the pipeline).
     #[error("a background task failed")]
     Task(#[source] tokio::task::JoinError),

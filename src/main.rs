@@ -17,6 +17,7 @@ mod progress;
 mod remote_cache;
 mod session;
 mod style;
+mod trust;
 
 /// mimalloc's `mi_option_purge_delay` (the same index in its v2 and v3 `mimalloc.h`).
 #[cfg(unix)]

@@ -11,7 +11,7 @@ use heddle_runner::sched::Event;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::printable::printable;
+use crate::printable::{printable, printable_line};
 use crate::style::{self, Stream, Tone};
 
 /// A status word for stderr, where the display writes.
@@ -76,7 +76,13 @@ async fn lines(quiet: bool, mut rx: UnboundedReceiver<Event>) -> Tally {
 fn print_line(err: &mut impl Write, ev: &Event) {
     match ev {
         Event::Started { label, reason, .. } => {
-            let _ = writeln!(err, "run     {}  ({reason})", printable(label));
+            // The reason quotes params and matrix values: the user's text too.
+            let _ = writeln!(
+                err,
+                "run     {}  ({})",
+                printable_line(label),
+                printable_line(reason)
+            );
         }
         Event::Finished {
             label,
@@ -86,7 +92,7 @@ fn print_line(err: &mut impl Write, ev: &Event) {
             error,
             ..
         } => {
-            let label = printable(label);
+            let label = printable_line(label);
             let error = printable(error.as_deref().unwrap_or(""));
             let _ = match (status, cached) {
                 (Status::Ok, true) => {
@@ -134,7 +140,7 @@ async fn bar(total: usize, mut rx: UnboundedReceiver<Event>) -> Tally {
             Event::Started { id, label, .. } => {
                 let b = multi.add(ProgressBar::new_spinner());
                 b.set_style(line_style.clone());
-                b.set_prefix(printable(label).into_owned());
+                b.set_prefix(printable_line(label).into_owned());
                 b.enable_steady_tick(Duration::from_millis(200));
                 bars.insert(*id, b);
             }
@@ -160,7 +166,7 @@ async fn bar(total: usize, mut rx: UnboundedReceiver<Event>) -> Tally {
                     let _ = multi.println(format!(
                         "{}  {}  {}",
                         paint(Tone::Failed, "FAILED"),
-                        printable(label),
+                        printable_line(label),
                         printable(error.as_deref().unwrap_or(""))
                     ));
                 }

@@ -11,7 +11,8 @@ use std::sync::Mutex;
 
 use heddle_cache::{ActionEntry, Digest, OutputEntry, Store};
 use heddle_remote::{
-    open_backend, resolve_remote, PushOutcome, RemoteBackend, RemoteCache, RemoteError, Timeouts,
+    open_backend, resolve_remote_trusting, PushOutcome, RemoteBackend, RemoteCache, RemoteError,
+    RemoteMode, RemoteSettings, Timeouts,
 };
 use heddle_runner::key::{KeyParts, Reason};
 use heddle_runner::sched::{CacheHistory, History};
@@ -46,14 +47,7 @@ pub fn open(
     store: Arc<Store>,
 ) -> Result<Option<Arc<dyn SharedCache>>, RemoteSetupError> {
     let env = |k: &str| std::env::var(k).ok();
-    let Some(settings) = resolve_remote(
-        project_root,
-        &env,
-        flags.url.as_deref(),
-        flags.mode.as_deref(),
-    )
-    .map_err(Box::new)?
-    else {
+    let Some(settings) = resolve(project_root, flags, &env)? else {
         return Ok(None);
     };
     let backend = open_backend(&settings, &env, Timeouts::default()).map_err(|source| {
@@ -67,6 +61,48 @@ pub fn open(
         remote: backend,
         store,
     })))
+}
+
+/// The settings the user's layers and a trusted project give ([`crate::trust`]). An untrusted
+/// project's `.heddle/config.toml` may only turn the remote down; when it asks for more, one
+/// warning says what was not used and how to allow it.
+fn resolve(
+    project_root: &Path,
+    flags: &RemoteFlags,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<RemoteSettings>, RemoteSetupError> {
+    let (url, mode) = (flags.url.as_deref(), flags.mode.as_deref());
+    let file = project_root.join(".heddle").join("config.toml");
+    if !file.is_file() {
+        // No project layer: nothing to trust, one resolution.
+        return Ok(resolve_remote_trusting(project_root, env, url, mode, true).map_err(Box::new)?);
+    }
+    let trust = crate::trust::check(project_root, env);
+    let asked = resolve_remote_trusting(project_root, env, url, mode, true).map_err(Box::new)?;
+    if trust.is_trusted() {
+        return Ok(asked);
+    }
+    let own = resolve_remote_trusting(project_root, env, url, mode, false).map_err(Box::new)?;
+    if own != asked {
+        let what = match &asked {
+            Some(s) => format!(
+                "the remote cache settings ({} {})",
+                s.url,
+                mode_word(s.mode)
+            ),
+            None => "the remote cache settings".into(),
+        };
+        crate::trust::warn_ignored(project_root, &file, &what, trust);
+    }
+    Ok(own)
+}
+
+fn mode_word(m: RemoteMode) -> &'static str {
+    if m.can_write() {
+        "readwrite"
+    } else {
+        "read"
+    }
 }
 
 struct RemoteBridge {
@@ -145,7 +181,10 @@ impl SharedCache for RemoteBridge {
 /// The run's [`RemoteGate`]: warnings go to stderr, where the user reads them whatever the
 /// progress mode.
 pub fn gate(shared: Arc<dyn SharedCache>) -> Arc<RemoteGate> {
-    Arc::new(RemoteGate::new(shared, Box::new(|m| eprintln!("{m}"))))
+    Arc::new(RemoteGate::new(
+        shared,
+        Box::new(|m| eprintln!("{}", crate::printable::printable(&m))),
+    ))
 }
 
 /// `heddle plan` with a shared cache: a local miss that the remote holds is `cached (remote)`,

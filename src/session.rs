@@ -134,10 +134,24 @@ impl Session {
 }
 
 /// The remote engines the user and the project configured (`hosts.toml`, see
-/// [`heddle_runner::hosts`]); a file with a mistake stops the command (exit 2).
-fn load_hosts(project_root: &Path) -> Result<Hosts, Error> {
-    let files = hosts::config_files(project_root, &|k| std::env::var(k).ok());
-    Ok(hosts::load(&files)?)
+/// [`heddle_runner::hosts`]); a file with a mistake stops the command (exit 2). The project's
+/// file is checked but used only once the user trusts the project ([`crate::trust`]): its
+/// engines would get the stages' inputs and the user's TLS files or ssh keys.
+pub fn load_hosts(project_root: &Path) -> Result<Hosts, Error> {
+    let env = |k: &str| std::env::var(k).ok();
+    let files = hosts::config_files(project_root, &env);
+    let all = hosts::load(&files)?;
+    let project_file = project_root.join(".heddle").join("hosts.toml");
+    if !project_file.is_file() {
+        return Ok(all);
+    }
+    let trust = crate::trust::check(project_root, &env);
+    if trust.is_trusted() {
+        return Ok(all);
+    }
+    crate::trust::warn_ignored(project_root, &project_file, "the engines it names", trust);
+    let own: Vec<_> = files.into_iter().filter(|f| *f != project_file).collect();
+    Ok(hosts::load(&own)?)
 }
 
 /// `$XDG_CACHE_HOME/heddle`, `%LOCALAPPDATA%\heddle` on Windows, else `~/.cache/heddle`.
@@ -193,6 +207,23 @@ fn stat_cache(plan: &Plan) -> Arc<StatCache> {
     ))
 }
 
+/// Load a pipeline with `--set` overrides as the logbook's reruns do (the stage library of
+/// `store`), without running it.
+pub fn load_for_rerun(
+    file: &Path,
+    sets: &[(String, String)],
+    store: &Store,
+) -> Result<model::Pipeline, Error> {
+    Ok(model::load(
+        file,
+        &LoadOptions {
+            overrides: sets.to_vec(),
+            root: None,
+            stage_lib: Some(store.root().join("stage-lib")),
+        },
+    )?)
+}
+
 /// Load, plan and run a pipeline with `--set` overrides (for the logbook's reruns).
 pub async fn rerun(
     file: &Path,
@@ -202,14 +233,7 @@ pub async fn rerun(
     opts: RunOptions,
     progress: ProgressMode,
 ) -> Result<RunRecord, Error> {
-    let pipeline = model::load(
-        file,
-        &LoadOptions {
-            overrides: sets.to_vec(),
-            root: None,
-            stage_lib: Some(store.root().join("stage-lib")),
-        },
-    )?;
+    let pipeline = load_for_rerun(file, sets, &store)?;
     let plan = Arc::new(plan::build(Arc::new(pipeline))?);
     execute(plan, store, env_store, opts, progress).await
 }
@@ -226,7 +250,7 @@ pub async fn execute(
     let quiet = progress == ProgressMode::Quiet;
     let log = move |m: &str| {
         if !quiet {
-            eprintln!("note    {m}");
+            eprintln!("note    {}", crate::printable::printable(m));
         }
     };
     let hosts = load_hosts(&plan.pipeline.root)?;

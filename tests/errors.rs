@@ -122,7 +122,8 @@ fn a_resource_no_host_offers_names_it_and_the_hosts() {
     .file(
         ".heddle/hosts.toml",
         "[hosts.gpubox]\ndocker = \"tcp://127.0.0.1:1\"\npools = { gpu = 2 }\n[hosts.bare]\ndocker = \"unix:///nonexistent.sock\"\n",
-    );
+    )
+    .trust();
     for cmd in ["run", "plan"] {
         assert_eq!(
             user_error(&p, &[cmd, "p.toml"]),
@@ -144,7 +145,8 @@ fn an_unreachable_host_is_named_with_its_file_and_line() {
     .file(
         ".heddle/hosts.toml",
         "# the GPU box\n[hosts.gpubox]\ndocker = \"tcp://127.0.0.1:1\"\npools = { gpu = 2 }\n",
-    );
+    )
+    .trust();
     assert_eq!(
         user_error(&p, &["run", "p.toml", "--progress", "plain"]),
         "error: cannot reach host `gpubox` (defined at [PROJECT]/.heddle/hosts.toml:2:8)\n  caused by: cannot reach the Docker Engine at tcp://127.0.0.1:1: connection refused — is the daemon running and listening at that address?\n"

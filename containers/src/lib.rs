@@ -18,6 +18,7 @@
 mod archive;
 mod engine;
 mod error;
+mod mask;
 mod run;
 mod spec;
 pub mod test_images;
@@ -26,6 +27,7 @@ mod unit_lock;
 pub use archive::Copy;
 pub use engine::{Engine, TlsFiles, MANAGED_LABEL};
 pub use error::{ContainerError, SizeError};
+pub use mask::{Mask, MaskStream, MASKED};
 pub use spec::{
     parse_device, parse_size, ContainerOutcome, ContainerSpec, DeviceMapping, GpuRequest,
     ImageIdentity, LogLine, Mount, NetworkMode, PullPolicy, Stream, DEFAULT_STOP_GRACE,

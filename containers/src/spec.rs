@@ -137,6 +137,8 @@ pub struct ContainerSpec {
     pub stop_grace: Duration,
     pub stdout_log: PathBuf,
     pub stderr_log: PathBuf,
+    /// Secret values written as `***` in the log files and lines ([`crate::Mask`]).
+    pub mask: crate::Mask,
     pub name: Option<String>,
 }
 
@@ -162,6 +164,7 @@ impl Default for ContainerSpec {
             stop_grace: DEFAULT_STOP_GRACE,
             stdout_log: PathBuf::new(),
             stderr_log: PathBuf::new(),
+            mask: crate::Mask::default(),
             name: None,
         }
     }

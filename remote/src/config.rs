@@ -147,6 +147,22 @@ pub fn resolve_remote(
     flag_url: Option<&str>,
     flag_mode: Option<&str>,
 ) -> Result<Option<RemoteSettings>, ConfigError> {
+    resolve_remote_trusting(project_root, env, flag_url, flag_mode, true)
+}
+
+/// [`resolve_remote`], with the project's `.heddle/config.toml` trusted by the user or not.
+/// An untrusted project file may only turn the remote down (`remote = "off"`,
+/// `remote_mode = "read"`): its `remote`, `s3_endpoint`, `s3_region` and a `"readwrite"` mode
+/// are skipped, so the user's credentials (`HEDDLE_REMOTE_HEADERS`, the AWS keys, a client
+/// certificate) go only where the user's own layers point. The CLI decides the trust
+/// (`heddle trust`, recorded per project path and file content).
+pub fn resolve_remote_trusting(
+    project_root: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+    flag_url: Option<&str>,
+    flag_mode: Option<&str>,
+    project_trusted: bool,
+) -> Result<Option<RemoteSettings>, ConfigError> {
     let mut url: Option<(String, SettingSource)> = None;
     let mut mode: Option<(String, SettingSource)> = None;
     let mut s3 = S3Settings::default();
@@ -168,19 +184,24 @@ pub fn resolve_remote(
         let Some((text, section)) = read_cache_section(&path)? else {
             continue;
         };
+        let narrow_only = !project_trusted && matches!(source, SettingSource::ProjectConfig(_));
         if let Some(v) = section.remote.filter(|v| !v.get_ref().is_empty()) {
-            url = Some((v.into_inner(), source.clone()));
+            if !narrow_only || v.get_ref() == "off" {
+                url = Some((v.into_inner(), source.clone()));
+            }
         }
         if let Some(v) = section.remote_mode {
             let (line, col) = line_col(&text, v.span().start);
             let at = format!("{}:{line}:{col}", path.display());
             check_mode(v.get_ref(), &at)?;
-            mode = Some((v.into_inner(), source.clone()));
+            if !narrow_only || v.get_ref() == "read" {
+                mode = Some((v.into_inner(), source.clone()));
+            }
         }
-        if let Some(v) = section.s3_endpoint {
+        if let Some(v) = section.s3_endpoint.filter(|_| !narrow_only) {
             s3.endpoint = Some(v.into_inner());
         }
-        if let Some(v) = section.s3_region {
+        if let Some(v) = section.s3_region.filter(|_| !narrow_only) {
             s3.region = Some(v.into_inner());
         }
     }

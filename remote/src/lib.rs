@@ -81,7 +81,8 @@ pub use backend::{
     RETRY_MIN_DELAY,
 };
 pub use config::{
-    resolve_remote, ConfigError, RemoteMode, RemoteSettings, S3Settings, SettingSource,
+    resolve_remote, resolve_remote_trusting, ConfigError, RemoteMode, RemoteSettings, S3Settings,
+    SettingSource,
 };
 pub use download::{fetch_action, fetch_blob, FetchReport};
 pub use error::RemoteError;

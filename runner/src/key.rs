@@ -23,6 +23,13 @@ use crate::spec::GpuSpec;
 
 /// Bump when the encoding of [`KeyParts`] changes: every old entry becomes a miss.
 /// v1: first format.
+/// v1, issue 23: a `vars` value is `{"sha256": "<hex>"}` instead of its text, so no value (a
+/// passed-through `pass_env` variable in particular) is stored in an entry, a lock or a
+/// record. Not bumped, on purpose: a key without variables is byte for byte what it was, and
+/// one with variables cannot equal any earlier key (a v1 value was always a JSON string, now
+/// it is an object), which is all a bump would guarantee. Bumping would have made every cached
+/// instance of every team (and every committed lock) a miss for a change that touches only
+/// stages with variables.
 pub const KEY_VERSION: &str = "heddle/action/v1";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,8 +48,9 @@ pub struct KeyParts {
     pub inputs: BTreeMap<String, Value>,
     pub params: BTreeMap<String, Value>,
     pub matrix: BTreeMap<String, Value>,
-    /// Declared variables and passed-through host variables, with their values.
-    pub vars: BTreeMap<String, String>,
+    /// Declared variables (`NAME`) and passed-through host variables (`$NAME`), each with the
+    /// digest of its value ([`var_identity`]). Entries written before issue 23 hold the text.
+    pub vars: BTreeMap<String, Value>,
     /// The python environment's identity (its resolved package set), if any.
     pub env: Option<String>,
     pub outputs: BTreeMap<String, String>,
@@ -57,10 +65,17 @@ impl KeyParts {
         let ok = member_ok_fn(inputs);
         let command = render(plan, inst, &PathLayout::virtual_root(), &ok)
             .expect("templates were checked at plan time");
-        let mut vars = stage.settings.vars.clone();
+        let mut vars: BTreeMap<String, Value> = stage
+            .settings
+            .vars
+            .iter()
+            .map(|(k, v)| (k.clone(), var_identity(v)))
+            .collect();
         for k in &stage.settings.pass_env {
-            vars.insert(format!("${k}"), std::env::var(k).unwrap_or_default());
+            let v = std::env::var(k).unwrap_or_default();
+            vars.insert(format!("${k}"), var_identity(&v));
         }
+        // `secret_env` never enters the key: a stage's result must not depend on its secret.
         let executor = match (&stage.container, &inst.image) {
             (Some(c), Some(image)) => ExecutorIdentity::docker(ctx, c, image, inst.gpus.as_ref()),
             _ => ExecutorIdentity::Host,
@@ -109,6 +124,13 @@ impl KeyParts {
         let raw = serde_json::value::RawValue::from_string(text).expect("serde_json wrote JSON");
         (Digest::from_bytes(hasher.finalize().into()), raw)
     }
+}
+
+/// A variable's value as it enters the key: `{"sha256": "<hex>"}`, never the text. A digest
+/// of a guessable value can be guessed; a secret belongs in `secret_env`, which is not in the
+/// key at all.
+pub fn var_identity(value: &str) -> Value {
+    json!({ "sha256": Digest::of_bytes(value.as_bytes()).to_string() })
 }
 
 /// The family an action entry is filed under, `<pipeline>/<stage>`: misses are explained
@@ -515,8 +537,10 @@ outputs = { a = "a.txt" }
             text,
             [
                 format!("bare d0e8f9b95300e7d4a26f3aa0740bb762570bd91a1e695f9955230043300aeba1 {bare}"),
-                format!("make[k=1] 0fcab40ff2dce9fa7fd2e2290def32c3d49efbb5d72de82114680b280828eaac {host}"),
-                format!("make[k=2] 06b0649ae0fcca6f2af9f1d4416c7bd2222f3df82887fb9488b66f0a9348fe49 {host}"),
+                // `make` has `vars`: its keys changed when values became digests (issue 23);
+                // every key without variables is the same as before.
+                format!("make[k=1] 119ba7c332381894eb7ac3ccfe6b55665d38171ed235607a401dde3efa1fb1d2 {host}"),
+                format!("make[k=2] 1403fc65fa63c556d2dedf331682ce5f6ac9db1ebeb8028605bbb7f4ac744601 {host}"),
                 format!("all 080c4d1e4d138f3665c382b3d641e34469d506f67f6706839a7eda317bb8a096 {host}"),
                 format!("up 39ad2534e15f85d6853274a98e87153148bb51b5881ad5e10b360d339d60f7e2 {docker}"),
             ]

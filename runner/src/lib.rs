@@ -36,7 +36,9 @@ pub mod render;
 pub mod run_options;
 pub mod sandbox;
 pub mod sched;
+pub mod secrets;
 pub mod shared_cache;
+pub mod shell_context;
 pub mod spec;
 /// The JSON Schemas of the pipeline and definition files (lives under `spec`, whose types it reads).
 pub use spec::schema as spec_schema;

@@ -64,6 +64,63 @@ pub fn restore(
     Some((outputs, paths))
 }
 
+/// What [`repair_edited`] did to one materialised output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Repair {
+    /// Put back from the store, as the instance made it.
+    Restored { label: String, path: PathBuf },
+    /// The store lost the bytes too (the file shared the blob's inode, a hard link on a
+    /// filesystem without reflinks): removed, so `out/` never shows what the instance did not
+    /// make; the next run recomputes it.
+    Removed { label: String, path: PathBuf },
+}
+
+/// After a stage wrote through an input (`InputModified`), `out/` may hold the edited bytes
+/// under the upstream that made them, which the record shows `ok`: every successful
+/// instance's materialised outputs (`(label, outputs, paths relative to root)`) are checked,
+/// and one that changed is restored from the store when the store still has it, else removed.
+/// A file is checked by its hash; a folder by its recorded stat (then restored if it can be).
+pub fn repair_edited<'a>(
+    store: &Store,
+    stats: &StatCache,
+    root: &Path,
+    done: impl Iterator<
+        Item = (
+            &'a str,
+            &'a heddle_schema::VecMap<OutputEntry>,
+            &'a heddle_schema::VecMap<String>,
+        ),
+    >,
+) -> Vec<Repair> {
+    let mut repairs = Vec::new();
+    for (label, outputs, paths) in done {
+        for (name, entry) in outputs.iter() {
+            let Some(rel) = paths.get(name) else {
+                continue;
+            };
+            let dest = root.join(rel);
+            let intact = match entry {
+                OutputEntry::File { digest, .. } => {
+                    heddle_cache::hash_file(&dest).is_ok_and(|d| d == *digest)
+                }
+                OutputEntry::Dir { .. } => store.is_materialized(entry, &dest, stats),
+            };
+            if intact || std::fs::symlink_metadata(&dest).is_err() {
+                continue;
+            }
+            let label = label.to_string();
+            if store.materialize(entry, &dest).is_ok() {
+                stats.record(&dest, entry.digest());
+                repairs.push(Repair::Restored { label, path: dest });
+            } else if matches!(entry, OutputEntry::File { .. }) {
+                let _ = std::fs::remove_file(&dest);
+                repairs.push(Repair::Removed { label, path: dest });
+            }
+        }
+    }
+    repairs
+}
+
 /// Take every declared output (`files`: name → file name) from `sandbox/out/<name>/<file>` into
 /// the store, then materialise them in `dir`. A missing or unsafe output fails the instance.
 pub fn collect(

@@ -122,6 +122,9 @@ pub enum ErrorClass {
     /// not a regular file, folder or symlink (a FIFO, a socket, a device), or a name that is
     /// not UTF-8.
     UnsafeOutput,
+    /// An output holds the value of one of the stage's `secret_env` variables: it is not
+    /// stored (a secret never enters the cache).
+    SecretInOutput,
     /// The class the stage reported, e.g. `AttributeError`.
     Stage(String),
 }
@@ -139,6 +142,7 @@ impl ErrorClass {
             ErrorClass::InputModified => "InputModified",
             ErrorClass::MissingOutput => "MissingOutput",
             ErrorClass::UnsafeOutput => "UnsafeOutput",
+            ErrorClass::SecretInOutput => "SecretInOutput",
             ErrorClass::Stage(s) => s,
         }
     }
@@ -157,6 +161,7 @@ impl From<String> for ErrorClass {
             "InputModified" => ErrorClass::InputModified,
             "MissingOutput" => ErrorClass::MissingOutput,
             "UnsafeOutput" => ErrorClass::UnsafeOutput,
+            "SecretInOutput" => ErrorClass::SecretInOutput,
             _ => ErrorClass::Stage(s),
         }
     }

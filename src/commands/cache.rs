@@ -2,6 +2,7 @@
 //! and lock files do not reference (and of quarantined blobs), and a re-hash of every blob
 //! (with a line on what is in quarantine).
 
+use crate::printable::{say, say_err};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -55,7 +56,7 @@ pub async fn cache(s: &Session, cmd: &CacheCmd) -> Result<i32, Error> {
 
 fn du(store: &Store) -> Result<i32, Error> {
     let du = store.du()?;
-    println!(
+    say!(
         "{}: {} in {} blobs, {} actions",
         store.root().display(),
         human(du.blob_bytes),
@@ -63,14 +64,14 @@ fn du(store: &Store) -> Result<i32, Error> {
         du.action_count
     );
     if du.quarantined_count > 0 {
-        println!(
+        say!(
             "  quarantine: {} ({}) that did not match their digest; `heddle cache gc` removes them",
             blobs(du.quarantined_count),
             human(du.quarantined_bytes)
         );
     }
     for (fam, u) in &du.families {
-        println!(
+        say!(
             "  {fam:<40} {:>10}  {} actions",
             human(u.output_bytes),
             u.actions
@@ -96,20 +97,20 @@ fn du(store: &Store) -> Result<i32, Error> {
 
 fn verify(store: &Store) -> Result<i32, Error> {
     let r = store.verify()?;
-    println!(
+    say!(
         "checked {} blobs ({}), {} actions",
         r.blobs_checked,
         human(r.bytes_checked),
         r.actions_checked
     );
     if !r.tmp_removed.is_empty() {
-        println!("removed {} leftover temp files", r.tmp_removed.len());
+        say!("removed {} leftover temp files", r.tmp_removed.len());
     }
     for b in &r.bad {
-        println!("BAD {b}");
+        say!("BAD {b}");
     }
     if !r.quarantined.is_empty() {
-        println!(
+        say!(
             "quarantine: {} ({}) that did not match their digest, kept in {} for inspection; `heddle cache gc` removes them",
             blobs(r.quarantined.len() as u64),
             human(r.quarantined_bytes),
@@ -117,10 +118,10 @@ fn verify(store: &Store) -> Result<i32, Error> {
         );
     }
     if r.is_clean() {
-        println!("cache is clean");
+        say!("cache is clean");
         Ok(EXIT_OK)
     } else {
-        println!(
+        say!(
             "{} bad entries (removed or quarantined; what they held will be recomputed)",
             r.bad.len()
         );
@@ -150,7 +151,7 @@ fn gc(s: &Session, store: &Store, max_size: Option<&str>, keep_runs: usize) -> R
     }
     keep.extend(lock_keys(&root));
     let r = store.gc(&keep, max)?;
-    println!(
+    say!(
         "kept {} referenced actions; evicted {} actions, removed {} blobs, freed {}; {} remain",
         keep.len(),
         r.evicted.len(),
@@ -159,14 +160,14 @@ fn gc(s: &Session, store: &Store, max_size: Option<&str>, keep_runs: usize) -> R
         human(r.bytes_remaining)
     );
     if r.quarantine_removed > 0 {
-        println!(
+        say!(
             "quarantine: removed {} ({}) that did not match their digest",
             blobs(r.quarantine_removed),
             human(r.quarantine_bytes_freed)
         );
     }
     if r.quarantine_spared > 0 {
-        println!(
+        say!(
             "quarantine: kept {} quarantined within the last hour, while another heddle uses the cache; a later `heddle cache gc` removes them",
             blobs(r.quarantine_spared)
         );
@@ -198,7 +199,7 @@ fn lock_keys(root: &Path) -> Vec<Digest> {
                     .iter()
                     .filter_map(|i| i.cache_key.parse::<Digest>().ok()),
             ),
-            Err(e) => eprintln!(
+            Err(e) => say_err!(
                 "warning: {}; the entries it names may be evicted",
                 heddle_cache::error_chain(&e)
             ),
@@ -253,9 +254,9 @@ async fn push(
             remote: remote.describe(),
             source,
         })?;
-    println!("pushed {} actions to {}", summary.pushed, remote.describe());
+    say!("pushed {} actions to {}", summary.pushed, remote.describe());
     if !summary.missing_locally.is_empty() {
-        println!(
+        say!(
             "{} referenced actions are not in the local cache (not pushed)",
             summary.missing_locally.len()
         );

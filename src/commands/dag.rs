@@ -3,6 +3,7 @@
 use heddle_runner::plan::Plan;
 
 use crate::error::{Error, EXIT_OK};
+use crate::printable::{printable_line, say};
 use crate::session::{PipelineArgs, Session};
 
 #[derive(clap::Args, Debug)]
@@ -31,14 +32,14 @@ pub fn dag(s: &Session, a: &DagArgs) -> Result<i32, Error> {
 fn print_text(plan: &Plan) {
     for inst in &plan.instances {
         if inst.deps.is_empty() {
-            println!("{}", inst.label);
+            say!("{}", inst.label);
         } else {
             let deps: Vec<&str> = inst
                 .deps
                 .iter()
                 .map(|d| plan.instances[*d].label.as_str())
                 .collect();
-            println!("{} <- {}", inst.label, deps.join(", "));
+            say!("{} <- {}", inst.label, deps.join(", "));
         }
     }
 }
@@ -50,7 +51,7 @@ fn print_dot(plan: &Plan) {
         println!(
             "  n{} [label=\"{}\"];",
             inst.id,
-            inst.label.replace('"', "\\\"")
+            printable_line(&inst.label).replace('"', "\\\"")
         );
     }
     for e in plan.graph.edge_indices() {

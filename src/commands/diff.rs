@@ -8,6 +8,7 @@ use heddle_runner::record::{self, RunRecord};
 
 use crate::artefacts::tables;
 use crate::error::{Error, EXIT_OK};
+use crate::printable::printable;
 use crate::session::Session;
 
 #[derive(clap::Args, Debug)]
@@ -46,7 +47,8 @@ pub fn diff(s: &Session, args: &DiffArgs) -> Result<i32, Error> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&d).expect("json"));
     } else {
-        print!("{}", d.text());
+        // Params, labels and table cells are the user's and the stages' text.
+        print!("{}", printable(&d.text()));
     }
     Ok(EXIT_OK)
 }

@@ -5,9 +5,9 @@
 use std::collections::HashSet;
 
 use heddle_containers::{Engine, TlsFiles};
-use heddle_runner::hosts;
 
 use crate::error::{render, Error, EXIT_INVALID, EXIT_OK};
+use crate::printable::{printable, say};
 
 #[derive(clap::Args, Debug)]
 pub struct GcArgs {
@@ -43,7 +43,7 @@ pub async fn gc(a: &GcArgs) -> Result<i32, Error> {
     let mut failed = false;
     for t in &targets {
         match clean(t, &me, a.all).await {
-            Ok(n) => println!(
+            Ok(n) => say!(
                 "removed {n} heddle container{} on {}",
                 if n == 1 { "" } else { "s" },
                 t.name
@@ -51,7 +51,7 @@ pub async fn gc(a: &GcArgs) -> Result<i32, Error> {
             // The other engines are still cleaned; the exit code says one was not.
             Err(e) => {
                 failed = true;
-                eprintln!("{}", render(&e.into()));
+                eprintln!("{}", printable(&render(&e.into())));
             }
         }
     }
@@ -73,9 +73,8 @@ fn targets(a: &GcArgs) -> Result<Vec<Target>, Error> {
         tls: None,
     }];
     let root = std::env::current_dir().unwrap_or_default();
-    let files = hosts::config_files(&root, &|k| std::env::var(k).ok());
     let mut seen: HashSet<String> = default.into_iter().collect();
-    for h in hosts::load(&files)?.hosts.into_values() {
+    for h in crate::session::load_hosts(&root)?.hosts.into_values() {
         if seen.insert(h.docker.clone()) {
             targets.push(Target {
                 name: format!("host {} ({})", h.name, h.docker),

@@ -10,6 +10,7 @@ use heddle_runner::lock::{self, LockFile};
 use heddle_runner::sched::{self, PlanRow, RunOptions};
 
 use crate::error::{Error, EXIT_OK, EXIT_STAGE_FAILED};
+use crate::printable::{printable_line, say};
 use crate::session::{display_rel, PipelineArgs, Session};
 
 #[derive(clap::Args, Debug)]
@@ -43,7 +44,7 @@ pub async fn lock(s: &Session, a: &LockArgs) -> Result<i32, Error> {
     }
     let path = lock::lock_path(&plan.pipeline.file);
     LockFile::from_rows(&plan, &ctx.images, &rows).write(&path)?;
-    println!("wrote {}", display_rel(&path));
+    say!("wrote {}", display_rel(&path));
     Ok(EXIT_OK)
 }
 
@@ -139,7 +140,7 @@ fn print_text(
     engine_held: &[(String, HostLocks)],
 ) {
     for h in held {
-        println!(
+        say!(
             "held     {}#{} by pid {}, run {} ({}), since {}",
             h.pool,
             h.unit,
@@ -154,7 +155,7 @@ fn print_text(
             HostLocks::Held(locks) => {
                 for l in locks {
                     let Some(h) = &l.holder else { continue };
-                    println!(
+                    say!(
                         "held     {}#{} on host {host} by {}",
                         h.pool,
                         h.unit,
@@ -163,23 +164,24 @@ fn print_text(
                 }
             }
             HostLocks::Unreachable(why) => {
-                println!("unknown  units on host {host}: unreachable ({why})")
+                say!("unknown  units on host {host}: unreachable ({why})")
             }
         }
     }
     let rows = &cmp.rows;
-    let width = rows.iter().map(|r| r.label.len()).max().unwrap_or(0);
-    for r in rows {
+    let labels: Vec<_> = rows.iter().map(|r| printable_line(&r.label)).collect();
+    let width = labels.iter().map(|l| l.len()).max().unwrap_or(0);
+    for (r, label) in rows.iter().zip(&labels) {
         if r.cached {
-            println!("same     {:width$}", r.label);
+            println!("same     {label:width$}");
         } else {
-            println!("changed  {:width$}  {}", r.label, r.reason);
+            say!("changed  {label:width$}  {}", r.reason);
         }
     }
     for l in &cmp.removed {
-        println!("removed  {l}");
+        say!("removed  {l}");
     }
-    println!(
+    say!(
         "{} instances against {}: {} as locked, {} changed, {} removed",
         rows.len(),
         display_rel(path),

@@ -3,6 +3,7 @@
 //! and rendered by `heddle-report`; reruns go through [`crate::session::rerun`], the same path
 //! as `heddle run`. `verify` lives in its own file ([`super::verify`]).
 
+use crate::printable::say;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -218,7 +219,7 @@ fn new_entry(
         segments,
     };
     write_file(out, e.render())?;
-    println!(
+    say!(
         "wrote {} from run {} ({} tables)",
         out.display(),
         rec.run_id,
@@ -308,9 +309,9 @@ async fn refresh(entry_path: &Path, rr: &Rerun<'_>) -> Result<i32, Error> {
         path: entry_path.to_path_buf(),
         source,
     })?;
-    println!("refreshed {} from run {}", entry_path.display(), rec.run_id);
+    say!("refreshed {} from run {}", entry_path.display(), rec.run_id);
     for m in &missing {
-        println!("warning: table {m} was not produced by this run; its block is unchanged");
+        say!("warning: table {m} was not produced by this run; its block is unchanged");
     }
     Ok(EXIT_OK)
 }

@@ -15,4 +15,5 @@ pub mod runs;
 pub mod schema;
 pub mod shell;
 pub mod stages;
+pub mod trust;
 mod verify;

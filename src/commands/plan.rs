@@ -5,6 +5,7 @@ use std::io::Write as _;
 use heddle_runner::sched::{self, PlanRow, RunOptions};
 
 use crate::error::{Error, EXIT_OK};
+use crate::printable::printable_line;
 use crate::session::{PipelineArgs, Session};
 
 #[derive(clap::Args, Debug)]
@@ -40,17 +41,21 @@ pub async fn plan(s: &Session, a: &PlanArgs) -> Result<i32, Error> {
 /// row. A closed pipe (`| head`) ends the listing quietly.
 fn print_rows(rows: &[PlanRow]) {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let width = rows.iter().map(|r| r.label.len()).max().unwrap_or(0);
-    for r in rows {
+    // A matrix value (and so a label, and a reason quoting a param) is the user's text.
+    let labels: Vec<_> = rows.iter().map(|r| printable_line(&r.label)).collect();
+    let width = labels.iter().map(|l| l.len()).max().unwrap_or(0);
+    for (r, label) in rows.iter().zip(&labels) {
+        let reason = r.reason.to_string();
+        let reason = printable_line(&reason);
         let written = if r.cached && r.remote {
-            writeln!(out, "cached  {:width$}  (remote)", r.label)
+            writeln!(out, "cached  {label:width$}  (remote)")
         } else if r.cached {
-            writeln!(out, "cached  {:width$}", r.label)
+            writeln!(out, "cached  {label:width$}")
         } else if !r.hosts.is_empty() {
-            let on = r.hosts.join(" | ");
-            writeln!(out, "run     {:width$}  {}  (on {on})", r.label, r.reason)
+            let on = printable_line(&r.hosts.join(" | ")).into_owned();
+            writeln!(out, "run     {label:width$}  {reason}  (on {on})")
         } else {
-            writeln!(out, "run     {:width$}  {}", r.label, r.reason)
+            writeln!(out, "run     {label:width$}  {reason}")
         };
         if written.is_err() {
             return;

@@ -1,5 +1,6 @@
 //! `heddle report`: one run as a self-contained HTML page (DAG, timeline, tables, plots).
 
+use crate::printable::say;
 use std::path::PathBuf;
 
 use heddle_report::html;
@@ -33,7 +34,7 @@ pub fn report(s: &Session, a: &ReportArgs) -> Result<i32, Error> {
     })
     .map_err(|e| Error::DrawReport(e.to_string()))?;
     write_file(&a.output, page)?;
-    println!(
+    say!(
         "wrote {} ({} tables, {} plots)",
         a.output.display(),
         t.len(),

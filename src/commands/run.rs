@@ -11,7 +11,7 @@ use heddle_runner::record::{self, ErrorClass, RunRecord, RunStatus, Status};
 use heddle_runner::sched::{self, RunOptions};
 
 use crate::error::{Error, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, EXIT_STAGE_FAILED};
-use crate::printable::printable;
+use crate::printable::{printable, printable_line, say_err};
 use crate::progress::{secs, ProgressMode};
 use crate::session::{self, default_jobs, display_rel, PipelineArgs, Session};
 use crate::style::{paint, Stream, Tone};
@@ -57,21 +57,21 @@ pub async fn run(s: &Session, a: &RunArgs) -> Result<i32, Error> {
     print_summary(&plan, &rec);
     if let Some(g) = &remote {
         let (fetched, pushed) = g.counts();
-        eprintln!(
+        say_err!(
             "remote cache {}: {fetched} fetched, {pushed} uploaded{}",
             g.describe(),
             if g.is_down() { " (unavailable)" } else { "" }
         );
     }
     match saved {
-        Ok(path) => eprintln!("run {}: {}", rec.run_id, display_rel(&path)),
-        Err(e) => eprintln!("warning: failed to save the run record: {e}"),
+        Ok(path) => say_err!("run {}: {}", rec.run_id, display_rel(&path)),
+        Err(e) => say_err!("warning: failed to save the run record: {e}"),
     }
     if rec.status == RunStatus::Completed {
         let path = lock::lock_path(&plan.pipeline.file);
         match lock::write_from_record(&rec, &path, &lock::stamps_dir(&plan.pipeline.root)) {
-            Ok(_) => eprintln!("lock: {}", display_rel(&path)),
-            Err(e) => eprintln!("warning: {e}"),
+            Ok(_) => say_err!("lock: {}", display_rel(&path)),
+            Err(e) => say_err!("warning: {e}"),
         }
     }
     print_failures(&rec);
@@ -113,14 +113,14 @@ fn print_summary(plan: &Plan, rec: &RunRecord) {
         rec.instances.len(),
         secs(rec.duration_ms)
     );
-    eprintln!("outputs: {}", display_rel(&out_dir));
+    say_err!("outputs: {}", display_rel(&out_dir));
     for (_, r) in rec
         .instances
         .iter()
         .filter(|(_, r)| r.report && r.status.status == Status::Ok)
     {
         for p in r.output_paths.values().filter(|p| p.ends_with(".md")) {
-            eprintln!("table: {}", display_rel(&plan.pipeline.root.join(p)));
+            say_err!("table: {}", display_rel(&plan.pipeline.root.join(p)));
         }
     }
 }
@@ -131,13 +131,13 @@ fn print_failures(rec: &RunRecord) {
         if r.status.status == Status::Failed {
             eprintln!(
                 "  {} {} {}",
-                printable(label),
+                printable_line(label),
                 paint(Stream::Stderr, Tone::Failed, "FAILED"),
                 printable(r.status.error.as_deref().unwrap_or(""))
             );
             // A stage that printed nothing to stderr has no log file.
             if let Some([_, err]) = r.logs.as_ref().filter(|[_, e]| Path::new(e).exists()) {
-                eprintln!("    log: {}", display_rel(Path::new(err)));
+                say_err!("    log: {}", display_rel(Path::new(err)));
             }
         }
     }

@@ -6,7 +6,7 @@ use heddle_runner::record::{self, InstanceRecord, RunRecord, Status};
 
 use super::run_columns::{changed_text, columns, RunColumns};
 use crate::error::{Error, EXIT_OK};
-use crate::printable::printable;
+use crate::printable::{printable_line, say, say_err};
 use crate::progress::secs;
 use crate::session::{display_rel, Session};
 use crate::style::{paint, Stream, Tone};
@@ -33,7 +33,7 @@ pub fn runs(s: &Session, a: &RunsArgs) -> Result<i32, Error> {
     if let Some(keep) = a.prune {
         let p = record::prune(&root, keep)?;
         // On stderr, so `--json` output stays one document.
-        eprintln!(
+        say_err!(
             "removed {} run record{} ({}) from {}",
             p.ids.len(),
             if p.ids.len() == 1 { "" } else { "s" },
@@ -46,7 +46,7 @@ pub fn runs(s: &Session, a: &RunsArgs) -> Result<i32, Error> {
         .filter_map(|id| record::load(&root, id).ok())
         .collect();
     if rows.is_empty() && !a.json {
-        println!(
+        say!(
             "no runs recorded under {}",
             display_rel(&record::runs_dir(&root))
         );
@@ -109,7 +109,8 @@ fn table(rows: &[RunRecord], cols: &[RunColumns]) -> String {
             line.push_str(&format!("  {head:>head_w$}"));
         }
         line.push_str(&format!("  {}", changed_text(&c.changed)));
-        out.push_str(line.trim_end());
+        // The headline is a stage's table cell, the changed params the user's values.
+        out.push_str(&printable_line(line.trim_end()));
         out.push('\n');
     }
     out
@@ -122,7 +123,7 @@ pub fn show(s: &Session, a: &ShowArgs) -> Result<i32, Error> {
         return Ok(EXIT_OK);
     }
     let (ran, cached, failed, skipped) = r.counts();
-    println!(
+    say!(
         "run {}  pipeline {}  {:?}  {}",
         r.run_id,
         r.pipeline,
@@ -130,14 +131,15 @@ pub fn show(s: &Session, a: &ShowArgs) -> Result<i32, Error> {
         secs(r.duration_ms)
     );
     println!("ran {ran}, cached {cached}, failed {failed}, skipped {skipped}");
-    let width = r.instances.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
-    for (label, i) in &r.instances {
+    let labels: Vec<_> = r.instances.iter().map(|(l, _)| printable_line(l)).collect();
+    let width = labels.iter().map(|l| l.len()).max().unwrap_or(0);
+    for ((_, i), label) in r.instances.iter().zip(&labels) {
         let why = if i.cached || i.status.status == Status::Skipped {
             String::new()
         } else {
-            format!("  [{}]", i.reason)
+            format!("  [{}]", printable_line(&i.reason.to_string()))
         };
-        println!("  {:width$}  {}{why}", printable(label), state(i));
+        println!("  {label:width$}  {}{why}", state(i));
     }
     Ok(EXIT_OK)
 }
@@ -154,15 +156,17 @@ fn state(i: &InstanceRecord) -> String {
         (Status::Failed, _) => format!(
             "{} {}",
             paint(Stream::Stdout, Tone::Failed, "FAILED"),
-            printable(i.status.error.as_deref().unwrap_or(""))
+            printable_line(i.status.error.as_deref().unwrap_or(""))
         ),
         (Status::Skipped, _) => format!(
             "skipped ({})",
-            i.status
-                .cause
-                .as_ref()
-                .map(|c| c.label.as_str())
-                .unwrap_or("")
+            printable_line(
+                i.status
+                    .cause
+                    .as_ref()
+                    .map(|c| c.label.as_str())
+                    .unwrap_or("")
+            )
         ),
     }
 }

@@ -3,6 +3,7 @@
 //! (its stages come from the library in the binary, `heddle_runner::stage_lib`; the JSON Schemas
 //! its pipeline names for editors are written beside it).
 
+use crate::printable::printable;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -40,7 +41,8 @@ pub fn stages(s: &Session, cmd: &StagesCmd) -> Result<i32, Error> {
         StagesCmd::List => list(&root, &s.stage_lib())?,
         StagesCmd::Show { name } => show(&root, name, &s.stage_lib())?,
     };
-    print!("{out}");
+    // Descriptions and names come from the project's stage.toml files.
+    print!("{}", printable(&out));
     Ok(EXIT_OK)
 }
 
@@ -162,19 +164,41 @@ fn scaffold(dir: &Path, example: &str) -> Result<String, Error> {
     for kind in SchemaKind::ALL {
         files.push((dir.join("schemas").join(kind.file_name()), kind.text()));
     }
-    if let Some((p, _)) = files.iter().find(|(p, _)| p.exists()) {
+    // Anything at a path, a dangling link included (`exists` follows links, and writing
+    // would create the link's target wherever it points), is the user's: never written.
+    if let Some((p, _)) = files
+        .iter()
+        .find(|(p, _)| std::fs::symlink_metadata(p).is_ok())
+    {
         return Err(Error::Usage(format!(
             "{} exists; heddle init writes only new files",
             p.display()
         )));
     }
     let heddle = dir.join(".heddle");
-    std::fs::create_dir_all(&heddle).map_err(|e| io_fail(&heddle, e))?;
+    let folders = [heddle.clone(), dir.join("pipelines"), dir.join("schemas")];
+    // A folder heddle would write into that is a link would take the files elsewhere.
+    if let Some(link) = folders
+        .iter()
+        .find(|f| std::fs::symlink_metadata(f).is_ok_and(|m| m.file_type().is_symlink()))
+    {
+        return Err(Error::Usage(format!(
+            "{} is a symbolic link; heddle init does not write through links it did not create",
+            link.display()
+        )));
+    }
+    for f in &folders {
+        std::fs::create_dir_all(f).map_err(|e| io_fail(f, e))?;
+    }
     for (p, bytes) in &files {
-        if let Some(parent) = p.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| io_fail(parent, e))?;
-        }
-        std::fs::write(p, bytes).map_err(|e| io_fail(p, e))?;
+        // `create_new` refuses whatever appeared meanwhile, a link included, and never
+        // follows one.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(p)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, bytes.as_bytes()))
+            .map_err(|e| io_fail(p, e))?;
     }
     Ok(format!(
         "created .heddle/, .gitignore, schemas/ and pipelines/{example}.toml\nnext: heddle run pipelines/{example}.toml\n"

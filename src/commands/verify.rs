@@ -1,12 +1,14 @@
 //! `heddle logbook verify`: rerun what an entry names (from the cache, or re-executed in a
 //! private cache) and judge every number of its tables and every failure it recorded.
 
+use crate::printable::say;
 use std::path::Path;
 use std::sync::Arc;
 
 use heddle_cache::Store;
 use heddle_report::compare::{compare_blocks, Rule, Tolerance};
 use heddle_report::entry::{self, Block, Table};
+use heddle_runner::model::value_text;
 use heddle_runner::record::{self, RunRecord};
 
 use super::logbook::{overrides, pipeline_file, read_entry, rerun_options, Rerun};
@@ -47,6 +49,7 @@ pub async fn verify(entry_path: &Path, rr: &Rerun<'_>, opts: &VerifyOptions) -> 
     let e = read_entry(entry_path)?;
     let (named, file) = pipeline_file(&e, rr.root)?;
     let sets = overrides(&e)?;
+    check_params(entry_path, &named, &file, &sets, &rr.store)?;
     let rules = e
         .blocks()
         .map(|b| rule_for(b, opts.tol, entry_path))
@@ -55,7 +58,7 @@ pub async fn verify(entry_path: &Path, rr: &Rerun<'_>, opts: &VerifyOptions) -> 
     let mut v = Verdicts::default();
     for n in 1..=runs {
         let (_private, store) = rerun_store(opts.fresh, &rr.store)?;
-        println!(
+        say!(
             "== verify {} run {n}/{runs}{}",
             entry_path.display(),
             if opts.fresh {
@@ -88,7 +91,7 @@ pub async fn verify(entry_path: &Path, rr: &Rerun<'_>, opts: &VerifyOptions) -> 
             }
         }
     }
-    println!(
+    say!(
         "verify: {} values reproduced, {} differ{}{}",
         v.good,
         v.bad,
@@ -108,6 +111,47 @@ pub async fn verify(entry_path: &Path, rr: &Rerun<'_>, opts: &VerifyOptions) -> 
     } else {
         EXIT_STAGE_FAILED
     })
+}
+
+/// The entry's params must be ones its pipeline accepts, as a `--set` would be checked (a
+/// declared param, of its type; every template they reach rendered safely), before anything
+/// runs; then the params the rerun will use are printed, every one of them.
+fn check_params(
+    entry: &Path,
+    named: &str,
+    file: &Path,
+    sets: &[(String, String)],
+    store: &Store,
+) -> Result<(), Error> {
+    let cannot_run = |source| Error::CannotVerify {
+        entry: entry.to_path_buf(),
+        pipeline_file: named.to_string(),
+        source: Box::new(source),
+    };
+    // Planned too: a param's value is checked against a definition's `choices` per instance.
+    let planned = |sets: &[(String, String)]| -> Result<_, Error> {
+        let pipeline = session::load_for_rerun(file, sets, store)?;
+        Ok(heddle_runner::plan::build(std::sync::Arc::new(pipeline))?)
+    };
+    planned(&[]).map_err(cannot_run)?;
+    let plan = planned(sets).map_err(|source| Error::BadEntryParams {
+        entry: entry.to_path_buf(),
+        pipeline_file: named.to_string(),
+        source: Box::new(source),
+    })?;
+    let pipeline = &plan.pipeline;
+    if pipeline.params.is_empty() {
+        say!("params  (none)");
+    }
+    for (k, v) in &pipeline.params {
+        let from = if sets.iter().any(|(s, _)| s == k) {
+            "entry"
+        } else {
+            "pipeline default"
+        };
+        say!("params  {k} = {}  ({from})", value_text(v));
+    }
+    Ok(())
 }
 
 /// The store a rerun writes to: the user's, or for `--fresh` a private one in a temp folder
@@ -135,32 +179,35 @@ fn rerun_store(
 fn judge_table(b: &Block, rule: Rule, tables: &[Table], first: bool, v: &mut Verdicts) {
     let src = b.src().unwrap_or("");
     if first {
-        println!("table {src}: numbers must agree {rule}");
+        say!("table {src}: numbers must agree {rule}");
     }
     let Some(t) = tables.iter().find(|t| t.src == src) else {
         v.bad += 1;
-        println!("DIFF  table {src}: not produced by this run");
+        say!("DIFF  table {src}: not produced by this run");
         return;
     };
     for c in compare_blocks(&b.body, &t.markdown, rule) {
         if !c.recorded {
             v.unrecorded += 1;
-            println!(
+            say!(
                 "new   {src} {}: now {} (the entry did not record it)",
-                c.place, c.now
+                c.place,
+                c.now
             );
         } else if c.ok {
             v.good += 1;
-            println!("ok    {src} {}: {} | {}", c.place, c.entry, c.now);
+            say!("ok    {src} {}: {} | {}", c.place, c.entry, c.now);
         } else {
             v.bad += 1;
             let allowed = c
                 .allowed
                 .map(|a| format!(" (allowed {a})"))
                 .unwrap_or_default();
-            println!(
+            say!(
                 "DIFF  {src} {}: entry {} | now {}{allowed}",
-                c.place, c.entry, c.now
+                c.place,
+                c.entry,
+                c.now
             );
         }
     }
@@ -175,22 +222,22 @@ fn judge_failures(b: &Block, rec: &RunRecord, v: &mut Verdicts) {
         match now.get(label) {
             Some((s2, c2)) if s2 == state && c2 == class => {
                 v.good += 1;
-                println!("ok    failure {label}: {state} {class} reproduced");
+                say!("ok    failure {label}: {state} {class} reproduced");
             }
             Some((s2, c2)) => {
                 v.bad += 1;
-                println!("DIFF  failure {label}: entry {state} {class} | now {s2} {c2}");
+                say!("DIFF  failure {label}: entry {state} {class} | now {s2} {c2}");
             }
             None => {
                 v.bad += 1;
-                println!("DIFF  failure {label}: entry {state} {class} | now it succeeds");
+                say!("DIFF  failure {label}: entry {state} {class} | now it succeeds");
             }
         }
     }
     for (label, (state, class)) in &now {
         if !was.contains_key(label) {
             v.bad += 1;
-            println!("DIFF  failure {label}: entry ok | now {state} {class}");
+            say!("DIFF  failure {label}: entry ok | now {state} {class}");
         }
     }
 }

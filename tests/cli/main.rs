@@ -7,7 +7,12 @@
 mod support;
 
 mod caching;
+mod edited;
+mod escapes;
 mod failures;
 mod output;
 mod pipelines;
+mod quoting;
 mod records;
+mod secrets;
+mod trust;

@@ -51,6 +51,7 @@ mod environment;
 mod events;
 mod lifecycle;
 mod sandbox;
+mod secrets;
 mod unprivileged;
 
 use std::process::Command;

@@ -86,11 +86,21 @@ impl Project {
         p
     }
 
-    /// A project whose `.heddle/hosts.toml` (the engines stages may be placed on) is `hosts`.
+    /// A project whose `.heddle/hosts.toml` (the engines stages may be placed on) is `hosts`,
+    /// trusted (`heddle trust`) so its engines are used.
     pub fn with_hosts(hosts: &str) -> Project {
         let p = Project::new();
         p.file(".heddle/hosts.toml", hosts);
+        p.trust();
         p
+    }
+
+    /// `heddle trust`: the project's `.heddle/config.toml` and `hosts.toml`, as they are now,
+    /// may choose the remote cache and the engines.
+    pub fn trust(&self) -> &Project {
+        let r = self.heddle(&["trust"]).ok();
+        assert!(r.stdout.starts_with("trusted "), "{}", r.stdout);
+        self
     }
 
     /// A project whose `p.toml` is `pipeline` with every `__LOG__` replaced by the snippet of

@@ -10,6 +10,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::error::ContainerError;
+use crate::mask::{Mask, MaskStream};
 use crate::spec::{LogLine, Stream};
 
 /// A line longer than this is passed on in pieces (the log files always get every byte).
@@ -21,6 +22,9 @@ const MAX_LINE: usize = 64 * 1024;
 pub(super) struct LogFiles {
     stdout: LazyFile,
     stderr: LazyFile,
+    /// The secrets, hidden before a byte reaches a file or a line.
+    stdout_mask: MaskStream,
+    stderr_mask: MaskStream,
 }
 
 struct LazyFile {
@@ -29,6 +33,13 @@ struct LazyFile {
 }
 
 impl LazyFile {
+    fn new(path: &Path) -> LazyFile {
+        LazyFile {
+            path: path.to_path_buf(),
+            file: None,
+        }
+    }
+
     fn io(&self) -> impl Fn(std::io::Error) -> ContainerError + '_ {
         |source| ContainerError::Io {
             path: self.path.clone(),
@@ -44,43 +55,34 @@ impl LazyFile {
             if let Some(parent) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
                 tokio::fs::create_dir_all(parent).await.map_err(self.io())?;
             }
-            self.file = Some(
-                tokio::fs::File::create(&self.path)
-                    .await
-                    .map_err(self.io())?,
-            );
+            self.file = Some(tokio::fs::File::create(&self.path).await.map_err(self.io())?);
         }
+        let path = self.path.clone();
         let file = self.file.as_mut().expect("opened above");
         file.write_all(bytes)
             .await
-            .map_err(|source| ContainerError::Io {
-                path: self.path.clone(),
-                source,
-            })
+            .map_err(|source| ContainerError::Io { path, source })
     }
 
     async fn flush(&mut self) -> Result<(), ContainerError> {
+        let path = self.path.clone();
         match self.file.as_mut() {
-            Some(f) => f.flush().await.map_err(|source| ContainerError::Io {
-                path: self.path.clone(),
-                source,
-            }),
+            Some(f) => f
+                .flush()
+                .await
+                .map_err(|source| ContainerError::Io { path, source }),
             None => Ok(()),
         }
     }
 }
 
 impl LogFiles {
-    pub(super) fn new(stdout: &Path, stderr: &Path) -> LogFiles {
+    pub(super) fn new(stdout: &Path, stderr: &Path, mask: &Mask) -> LogFiles {
         LogFiles {
-            stdout: LazyFile {
-                path: stdout.to_path_buf(),
-                file: None,
-            },
-            stderr: LazyFile {
-                path: stderr.to_path_buf(),
-                file: None,
-            },
+            stdout: LazyFile::new(stdout),
+            stderr: LazyFile::new(stderr),
+            stdout_mask: mask.stream(),
+            stderr_mask: mask.stream(),
         }
     }
 }
@@ -107,20 +109,35 @@ pub(super) async fn pump_logs(
             container: container.clone(),
             source,
         })?;
-        let (file, splitter, bytes) = match chunk {
-            LogOutput::StdOut { message } | LogOutput::Console { message } => {
-                (&mut files.stdout, &mut out_lines, message)
-            }
-            LogOutput::StdErr { message } => (&mut files.stderr, &mut err_lines, message),
+        let (file, splitter, mask, message) = match chunk {
+            LogOutput::StdOut { message } | LogOutput::Console { message } => (
+                &mut files.stdout,
+                &mut out_lines,
+                &mut files.stdout_mask,
+                message,
+            ),
+            LogOutput::StdErr { message } => (
+                &mut files.stderr,
+                &mut err_lines,
+                &mut files.stderr_mask,
+                message,
+            ),
             LogOutput::StdIn { .. } => continue,
         };
+        let bytes = mask.feed(&message);
         file.write_all(&bytes).await?;
         splitter.push(&bytes, &mut send);
     }
-    out_lines.finish(&mut send);
-    err_lines.finish(&mut send);
-    files.stdout.flush().await?;
-    files.stderr.flush().await?;
+    for (file, splitter, mask) in [
+        (&mut files.stdout, &mut out_lines, &mut files.stdout_mask),
+        (&mut files.stderr, &mut err_lines, &mut files.stderr_mask),
+    ] {
+        let rest = mask.finish();
+        file.write_all(&rest).await?;
+        splitter.push(&rest, &mut send);
+        splitter.finish(&mut send);
+        file.flush().await?;
+    }
     Ok(())
 }
 

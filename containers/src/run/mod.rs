@@ -54,7 +54,7 @@ impl Engine {
         cancel: CancellationToken,
     ) -> Result<ContainerOutcome, ContainerError> {
         let body = create_body(spec)?;
-        let logs = LogFiles::new(&spec.stdout_log, &spec.stderr_log);
+        let logs = LogFiles::new(&spec.stdout_log, &spec.stderr_log, &spec.mask);
         if cancel.is_cancelled() {
             return Ok(ContainerOutcome::Cancelled);
         }

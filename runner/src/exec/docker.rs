@@ -196,6 +196,7 @@ fn container_spec(req: &ExecRequest, c: &ContainerRequest) -> ContainerSpec {
         stop_grace: GRACE,
         stdout_log: req.stdout_log.clone(),
         stderr_log: req.stderr_log.clone(),
+        mask: req.mask.clone(),
         name: None,
     }
 }

@@ -214,12 +214,14 @@ async fn run(
         req.stdout_log.clone(),
         lines.clone(),
         stop_reading.clone(),
+        req.mask.stream(),
     ));
     let t_err = tokio::spawn(pump(
         err,
         req.stderr_log.clone(),
         lines,
         stop_reading.clone(),
+        req.mask.stream(),
     ));
     let outcome = wait(&mut child, &req, &cancel, &program).await?;
     #[cfg(target_os = "linux")]

@@ -45,6 +45,8 @@ pub struct ExecRequest {
     pub timeout: Option<Duration>,
     pub stdout_log: PathBuf,
     pub stderr_log: PathBuf,
+    /// The values of the stage's `secret_env` variables: written as `***` in its logs.
+    pub mask: heddle_containers::Mask,
     /// Set for container stages; the Docker executor requires it.
     pub container: Option<ContainerRequest>,
 }

@@ -16,6 +16,7 @@
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+use heddle_containers::MaskStream;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
@@ -36,12 +37,14 @@ pub const TAIL_LINES: usize = 20;
 
 /// Copy `stream` into `log` (created at the first byte: most stages print nothing, and each
 /// file created costs an inode) until end of file or until `stop` is cancelled, sending the
-/// latest complete line of each read to `lines`.
+/// latest complete line of each read to `lines`. The stage's secrets (`mask`) are written as
+/// `***` in both.
 pub async fn pump<R: AsyncRead + Unpin>(
     stream: Option<R>,
     log: PathBuf,
     lines: UnboundedSender<String>,
     stop: CancellationToken,
+    mut mask: MaskStream,
 ) -> Result<(), ExecError> {
     let Some(mut stream) = stream else {
         return Ok(());
@@ -62,13 +65,27 @@ pub async fn pump<R: AsyncRead + Unpin>(
         if n == 0 {
             break;
         }
-        let chunk = &buf[..n];
+        let chunk = mask.feed(&buf[..n]);
+        if chunk.is_empty() {
+            continue;
+        }
         let f = match &mut file {
             Some(f) => f,
             None => file.insert(tokio::fs::File::create(&log).await.map_err(log_err)?),
         };
-        f.write_all(chunk).await.map_err(log_err)?;
-        if let Some(line) = latest.push(chunk) {
+        f.write_all(&chunk).await.map_err(log_err)?;
+        if let Some(line) = latest.push(&chunk) {
+            let _ = lines.send(line);
+        }
+    }
+    let rest = mask.finish();
+    if !rest.is_empty() {
+        let f = match &mut file {
+            Some(f) => f,
+            None => file.insert(tokio::fs::File::create(&log).await.map_err(log_err)?),
+        };
+        f.write_all(&rest).await.map_err(log_err)?;
+        if let Some(line) = latest.push(&rest) {
             let _ = lines.send(line);
         }
     }

@@ -92,6 +92,14 @@ impl<'a> Layers<'a> {
     pub fn merge_order(&self) -> impl Iterator<Item = &'a RawStage> + '_ {
         self.layers.iter().rev().map(|l| l.raw)
     }
+
+    /// [`Layers::merge_order`] with the file each layer was written in, for errors about a
+    /// merged setting's entries.
+    pub fn merge_order_sourced(
+        &self,
+    ) -> impl Iterator<Item = (&'a RawStage, &'a Arc<Source>)> + '_ {
+        self.layers.iter().rev().map(|l| (l.raw, l.source))
+    }
 }
 
 impl<T> Found<'_, T> {

@@ -132,7 +132,15 @@ impl Loader {
             self.err(span, "the pipeline has no stages");
         }
         if !self.errors.is_empty() {
-            return Err(LoadError::Invalid(Diagnostics(self.errors)));
+            // A mistake in `[defaults]` or a shared definition is found once per stage that
+            // inherits it: report it once.
+            let mut unique: Vec<Diagnostic> = Vec::with_capacity(self.errors.len());
+            for d in self.errors {
+                if !unique.contains(&d) {
+                    unique.push(d);
+                }
+            }
+            return Err(LoadError::Invalid(Diagnostics(unique)));
         }
         Ok(Pipeline {
             name,

@@ -30,6 +30,7 @@ mod layers;
 mod loader;
 mod matrix;
 pub mod refs;
+mod secrets;
 mod settings;
 mod stage;
 #[cfg(test)]

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 
 use crate::diag::{Diagnostic, Source};
+use crate::shell_context;
 use crate::spec::RunSpec;
-use crate::template::Template;
+use crate::template::{Segment, Template};
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Selector {
@@ -58,15 +59,96 @@ pub(crate) fn parse_run(
 ) -> Result<RunTemplate, Diagnostic> {
     let err = |off: usize, msg: String| src.error(Some(span.start + 1 + off..span.end), msg);
     match run {
-        RunSpec::Shell(s) => Template::parse(s)
-            .map(RunTemplate::Shell)
-            .map_err(|e| err(e.offset, e.message)),
-        RunSpec::Exec(args) => args
-            .iter()
-            .map(|a| Template::parse(a).map_err(|e| src.error(Some(span.clone()), e.message)))
-            .collect::<Result<Vec<_>, _>>()
-            .map(RunTemplate::Exec),
+        RunSpec::Shell(s) => {
+            let t = Template::parse(s).map_err(|e| err(e.offset, e.message))?;
+            if let Some((offset, ctx)) = shell_context::unsafe_vars(&t).into_iter().next() {
+                let nth = t.vars().take_while(|(_, o)| *o < offset).count();
+                let expr = t
+                    .vars()
+                    .nth(nth)
+                    .map(|(p, _)| p.join("."))
+                    .unwrap_or_default();
+                let at = nth_template_in_source(src, &span, nth);
+                let d = src
+                    .error(Some(at), format!("`{{{{ {expr} }}}}` is {}: {}", ctx.describe(), ctx.danger()))
+                    .with_help(format!(
+                        "write it as a word of its own, outside any quotes (heddle quotes every value it puts in a shell command: `echo {{{{ {expr} }}}}`, `--flag={{{{ {expr} }}}}`), or use exec form: `run = [\"prog\", \"{{{{ {expr} }}}}\"]`"
+                    ));
+                return Err(d);
+            }
+            Ok(RunTemplate::Shell(t))
+        }
+        RunSpec::Exec(args) => {
+            let ts = args
+                .iter()
+                .map(|a| Template::parse(a).map_err(|e| src.error(Some(span.clone()), e.message)))
+                .collect::<Result<Vec<_>, _>>()?;
+            check_shell_script(&ts, src, &span)?;
+            Ok(RunTemplate::Exec(ts))
+        }
     }
+}
+
+/// Shells whose `-c` argument is a script: exec form passes values raw, so a template in
+/// that script is read by the shell as code.
+const SHELLS: [&str; 7] = ["sh", "bash", "dash", "zsh", "ksh", "ash", "mksh"];
+
+/// Exec form that runs a shell script (`["sh", "-c", "script", ...]`, `-ec` and the like
+/// too): a template inside the script is refused, the fix being to pass the value as an
+/// argument the script reads as `"$1"`.
+fn check_shell_script(
+    ts: &[Template],
+    src: &Source,
+    span: &Range<usize>,
+) -> Result<(), Diagnostic> {
+    let Some([Segment::Lit(prog)]) = ts.first().map(|t| t.segments.as_slice()) else {
+        return Ok(());
+    };
+    let name = prog.rsplit(['/', '\\']).next().unwrap_or(prog);
+    if !SHELLS.contains(&name) {
+        return Ok(());
+    }
+    let is_c = |t: &Template| {
+        matches!(t.segments.as_slice(), [Segment::Lit(a)]
+            if a.starts_with('-') && !a.starts_with("--") && a.contains('c'))
+    };
+    let Some(at) = ts.iter().position(is_c) else {
+        return Ok(());
+    };
+    let Some(script) = ts.get(at + 1) else {
+        return Ok(());
+    };
+    let Some((first, _)) = script.vars().next() else {
+        return Ok(());
+    };
+    let expr = first.join(".");
+    let before: usize = ts[..at + 1].iter().map(|t| t.vars().count()).sum();
+    let d = src
+        .error(
+            Some(nth_template_in_source(src, span, before)),
+            format!(
+                "`{{{{ {expr} }}}}` is inside the script `{name} -c` runs: exec form passes it raw, and the shell would run what it holds"
+            ),
+        )
+        .with_help(format!(
+            "pass it as an argument after the script and read it there as \"$1\": `[\"{name}\", \"-c\", \"echo \\\"$1\\\"\", \"{name}\", \"{{{{ {expr} }}}}\"]`, or use shell form, where heddle quotes it"
+        ));
+    Err(d)
+}
+
+/// Where the `nth` template of a `run` value starts in its file: the nth `{{` of the value's
+/// source text (escapes such as `\"` move it from its offset in the parsed string). The whole
+/// `{{ … }}` is underlined.
+fn nth_template_in_source(src: &Source, span: &Range<usize>, nth: usize) -> Range<usize> {
+    let text = src.text.get(span.clone()).unwrap_or("");
+    let start = text
+        .match_indices("{{")
+        .nth(nth)
+        .map_or(span.start, |(i, _)| span.start + i);
+    let end = src.text[start..]
+        .find("}}")
+        .map_or(span.end, |i| start + i + 2);
+    start..end
 }
 
 /// `stage.out`, `stage[*].out`, `stage[k=v,k2=v2].out`.

@@ -1,6 +1,7 @@
 //! The settings a stage inherits (stage > definition > `[defaults]`, see [`super::layers`]):
 //! `timeout`, `retries`, `allow_failure`, `cache`, `report`, `resources`, `env`, and the
-//! merged `vars` and `pass_env`. Each error points at the file the value was written in.
+//! merged `vars`, `pass_env` and `secret_env`. Each error points at the file the value was
+//! written in.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -21,6 +22,8 @@ pub struct Settings {
     pub env: Option<String>,
     pub vars: BTreeMap<String, String>,
     pub pass_env: Vec<String>,
+    /// Host variables passed as secrets: never in a key, a record, a log or an output.
+    pub secret_env: Vec<String>,
 }
 
 /// `none` when a list is empty, as the help texts say.
@@ -53,6 +56,7 @@ impl Loader {
                 }
             }
         }
+        let secret_env = self.secret_env(layers, &vars, &pass_env);
         Settings {
             timeout,
             retries,
@@ -63,6 +67,7 @@ impl Loader {
             env,
             vars,
             pass_env,
+            secret_env,
         }
     }
 

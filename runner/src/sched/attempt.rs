@@ -40,13 +40,15 @@ pub(super) async fn attempt_once(
     let sb = sandbox.path().to_path_buf();
     let req = request(sh, id, inputs, exec, &sb, record, holds);
     let stderr_log = req.stderr_log.clone();
+    let mask = req.mask.clone();
     let t_exec = Instant::now();
     let outcome = run(sh, id, exec, req).await;
     tracing::debug!(label = %inst.label, ms = t_exec.elapsed().as_secs_f64() * 1e3, "executed");
     let t_collect = Instant::now();
-    read_facts(sh, id, &facts_file(&sb), record);
+    read_facts(sh, id, &facts_file(&sb), record, &mask);
     let outcome = outcome.map_err(|e| heddle_error(inst, e.to_string()))?;
     if let Some(f) = classify(&outcome, &error_file(&sb), &stderr_log) {
+        let f = crate::secrets::mask_failure(f, &mask);
         return Err(match outcome {
             ExecOutcome::Cancelled => cancelled(inst, f),
             _ => failed(inst, f),
@@ -59,7 +61,7 @@ pub(super) async fn attempt_once(
         exit_code,
         stderr_tail: tail(),
     };
-    let collected = check_and_collect(sh, id, inputs, sandbox).await;
+    let collected = check_and_collect(sh, id, inputs, sandbox, mask).await;
     tracing::debug!(label = %inst.label, ms = t_collect.elapsed().as_secs_f64() * 1e3, "collected");
     match collected {
         Ok((outs, paths)) => {
@@ -159,6 +161,7 @@ fn request(
         timeout: stage.settings.timeout,
         stdout_log,
         stderr_log,
+        mask: crate::secrets::mask_of(&stage.settings.secret_env),
         container,
     }
 }
@@ -182,7 +185,12 @@ fn environment(sh: &Shared, id: usize, sb: &Path) -> BTreeMap<String, String> {
         env.insert("PATH".into(), joined);
         env.insert("VIRTUAL_ENV".into(), e.dir.to_string_lossy().into_owned());
     }
-    for k in &stage.settings.pass_env {
+    for k in stage
+        .settings
+        .pass_env
+        .iter()
+        .chain(&stage.settings.secret_env)
+    {
         if let Ok(v) = std::env::var(k) {
             env.insert(k.clone(), v);
         }
@@ -219,11 +227,17 @@ async fn run(
 }
 
 /// Facts a stage reports about where it ran (a device's identity and firmware, say).
-fn read_facts(sh: &Shared, id: usize, facts_file: &Path, record: &mut InstanceRecord) {
+fn read_facts(
+    sh: &Shared,
+    id: usize,
+    facts_file: &Path,
+    record: &mut InstanceRecord,
+    mask: &heddle_containers::Mask,
+) {
     let Ok(text) = std::fs::read_to_string(facts_file) else {
         return;
     };
-    match serde_json::from_str::<Value>(&text) {
+    match serde_json::from_str::<Value>(&mask.apply(&text)) {
         Ok(v) => record.facts = Some(v),
         Err(e) => {
             let _ = sh.events.send(Event::Message(format!(
@@ -241,16 +255,29 @@ async fn check_and_collect(
     id: usize,
     inputs: &BTreeMap<String, Resolved>,
     sandbox: Sandbox,
+    mask: heddle_containers::Mask,
 ) -> Result<crate::outputs::Collected, Checked> {
     let plan = &sh.ctx.plan;
     let (store, stats, ins) = (sh.ctx.store.clone(), sh.ctx.stats.clone(), inputs.clone());
-    let files = plan.stage_of(id).outputs.clone();
+    let stage = plan.stage_of(id);
+    let files = stage.outputs.clone();
+    let secret_names = stage.settings.secret_env.clone();
     let dir = output_dir(plan, &plan.instances[id].label);
     blocking(move || {
         // A host stage sees its inputs as hard links to blobs: a write through one (as root the
         // read-only mode does not stop it) must fail this stage and every stage that held the
         // blob, before any of them stores a result.
         check_inputs(&store, &ins).map_err(Checked::InputModified)?;
+        // A secret written into an output would be stored, materialised and uploaded.
+        if let Some(name) = crate::secrets::output_holding(sandbox.path(), &files, &mask) {
+            return Err(Checked::Output(
+                ErrorClass::SecretInOutput,
+                format!(
+                    "output `{name}` holds the value of a `secret_env` variable ({}); it is not stored",
+                    secret_names.join(", ")
+                ),
+            ));
+        }
         let collected = collect(&store, &stats, sandbox.path(), &dir, &files)
             .map_err(|(class, msg)| Checked::Output(class, msg));
         drop(sandbox);

@@ -30,7 +30,7 @@ use crate::exec::Cancel;
 use crate::explain::Earlier;
 use crate::inputs::resolve_inputs;
 use crate::plan::Plan;
-use crate::record::{Cause, InstanceRecord, RunRecord, RunStatus, Status};
+use crate::record::{Cause, ErrorClass, InstanceRecord, RunRecord, RunStatus, Status};
 use crate::sandbox::SandboxPool;
 use commit::Commit;
 
@@ -108,8 +108,52 @@ pub async fn run(ctx: Context, opts: RunOptions, events: UnboundedSender<Event>)
             path.display()
         )));
     }
+    repair_out(&shared, &walk).await;
     let _ = shared.ctx.stats.save();
     walk.into_record(&shared, started_unix_ms)
+}
+
+/// A stage that wrote through an input changed the upstream's bytes in `out/` too (they share
+/// the blob's inode): put them back as the upstream made them, or take them away, and say so
+/// ([`crate::outputs::repair_edited`]).
+async fn repair_out(sh: &Arc<Shared>, walk: &Walk) {
+    let edited = walk
+        .done
+        .iter()
+        .flatten()
+        .any(|d| d.status.error_class == Some(ErrorClass::InputModified));
+    if !edited {
+        return;
+    }
+    let done: Vec<(String, InstanceRecord)> = walk
+        .done
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| Some((walk.plan.instances[i].label.clone(), d.clone()?)))
+        .filter(|(_, d)| d.status.status == Status::Ok)
+        .collect();
+    let (store, stats) = (sh.ctx.store.clone(), sh.ctx.stats.clone());
+    let root = walk.plan.pipeline.root.clone();
+    let repairs = blocking(move || {
+        let it = done
+            .iter()
+            .map(|(l, d)| (l.as_str(), &d.outputs, &d.output_paths));
+        crate::outputs::repair_edited(&store, &stats, &root, it)
+    })
+    .await;
+    for r in repairs {
+        let text = match r {
+            crate::outputs::Repair::Restored { label, path } => format!(
+                "{} was changed by a stage writing through its input; restored it from the store as {label} made it",
+                path.display()
+            ),
+            crate::outputs::Repair::Removed { label, path } => format!(
+                "{} was changed by a stage writing through its input, and the store lost those bytes too; removed it (the next run recomputes {label})",
+                path.display()
+            ),
+        };
+        let _ = sh.events.send(Event::Message(text));
+    }
 }
 
 impl Shared {

@@ -157,11 +157,20 @@ pub struct RawStage {
     /// Name of an `[envs.NAME]` python environment (not with `image`).
     #[schemars(with = "Option<String>")]
     pub env: Option<Spanned<String>>,
-    /// Environment variables for the command; they enter the cache key.
+    /// Environment variables for the command; their values enter the cache key as sha256
+    /// digests (never as text: not in a lock file, a run record or a cache entry).
     pub vars: Option<BTreeMap<String, String>>,
-    /// Host variables passed through; their values enter the cache key.
+    /// Host variables passed through; their values enter the cache key as sha256 digests. A
+    /// name that looks like a secret (`*TOKEN*`, `*SECRET*`, `*PASSWORD*`, `*KEY*`, `AWS_*`,
+    /// ...) is refused: pass it with `secret_env`.
     #[schemars(with = "Option<Vec<String>>")]
     pub pass_env: Option<Vec<Spanned<String>>>,
+    /// Host variables passed through as secrets: the value reaches the command but never a
+    /// cache key, a lock file, a run record, a log (heddle writes `***` for it) or an output
+    /// (a stage whose output holds the value fails). The stage's result must not depend on
+    /// which secret it was given: changing the value does not rerun it.
+    #[schemars(with = "Option<Vec<String>>")]
+    pub secret_env: Option<Vec<Spanned<String>>>,
     // Container settings (the Docker executor).
     /// An image reference (templates allowed): the stage runs in a container through the Docker
     /// Engine API, and the image id enters the cache key.
