@@ -55,7 +55,11 @@ impl LazyFile {
             if let Some(parent) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
                 tokio::fs::create_dir_all(parent).await.map_err(self.io())?;
             }
-            self.file = Some(tokio::fs::File::create(&self.path).await.map_err(self.io())?);
+            self.file = Some(
+                tokio::fs::File::create(&self.path)
+                    .await
+                    .map_err(self.io())?,
+            );
         }
         let path = self.path.clone();
         let file = self.file.as_mut().expect("opened above");
