@@ -11,6 +11,7 @@
 #[cfg(feature = "runs")]
 pub mod artefacts;
 pub mod compare;
+pub mod double;
 #[cfg(feature = "runs")]
 pub mod diff;
 pub mod entry;
