@@ -168,6 +168,9 @@ fn print_failures(rec: &RunRecord) {
                 paint(Stream::Stderr, Tone::Failed, "FAILED"),
                 printable(r.status.error.as_deref().unwrap_or(""))
             );
+            if r.status.error.as_deref().is_some_and(outcome::no_gpu_runtime) {
+                eprintln!("    hint: {}", outcome::NO_GPU_HINT);
+            }
             // A stage that printed nothing to stderr has no log file.
             if let Some([_, err]) = r.logs.as_ref().filter(|[_, e]| Path::new(e).exists()) {
                 eprintln!("    log: {}", display_rel(Path::new(err)));

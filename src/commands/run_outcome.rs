@@ -83,3 +83,15 @@ pub fn double_label(rec: &RunRecord, label: &str) -> &'static str {
         ""
     }
 }
+
+/// What to do when the engine cannot give a container the GPU a stage asked for.
+pub const NO_GPU_HINT: &str = "this Docker Engine cannot give containers a GPU (no NVIDIA \
+GPU, or no NVIDIA container toolkit): run without one by setting the stage's gpus to \"none\" \
+(the DFC pipelines: --set gpus=none --set level=0, since the DFC optimises above level 0 only \
+with a GPU), or place the stage on a host with a GPU (hosts.toml)";
+
+/// Whether a stage's error is the engine refusing a GPU request (Docker says "could not select
+/// device driver \"\" with capabilities: [[gpu]]" when no GPU runtime is installed).
+pub fn no_gpu_runtime(error: &str) -> bool {
+    error.contains("could not select device driver") && error.contains("gpu")
+}
