@@ -298,7 +298,10 @@ fn route_a_the_suite_image() {
     user_files(&site, &e.project);
     // Only up to a stage first: the toolchain check and what translate needs.
     let run = e.ok(&[&["run", PIPE, "translate"][..], SETS].concat());
-    assert_contains(&run, "left as it was (this run ran only translate and what it needs)");
+    assert_contains(
+        &run,
+        "left as it was (this run ran only translate and what it needs)",
+    );
     let rec = e.record();
     let labels: Vec<&str> = rec["instances"]
         .as_array()
@@ -314,7 +317,12 @@ fn route_a_the_suite_image() {
         "error: no stage `translat` in pipeline `compile-onnx-dfc` (did you mean `translate`?)\n"
     );
     // The CPU-only warning comes with the toolchain check, before the sweep.
-    let run = e.ok(&[&["run", PIPE, "identify"][..], &SETS[..4], &["--set", "level=2"]].concat());
+    let run = e.ok(&[
+        &["run", PIPE, "identify"][..],
+        &SETS[..4],
+        &["--set", "level=2"],
+    ]
+    .concat());
     assert_contains(&run, "warning: no GPU is visible where the DFC runs");
     let run = e.ok(&[&["run", PIPE][..], SETS].concat());
     let rec = check_run(&e, &run);

@@ -41,7 +41,8 @@ pub fn downstream_of_doubles(rec: &RunRecord) -> BTreeSet<String> {
     loop {
         let before = tainted.len();
         for (l, r) in &rec.instances {
-            if !tainted.contains(l.as_str()) && r.deps.iter().any(|d| tainted.contains(d.as_str())) {
+            if !tainted.contains(l.as_str()) && r.deps.iter().any(|d| tainted.contains(d.as_str()))
+            {
                 tainted.insert(l);
             }
         }
@@ -102,8 +103,12 @@ mod tests {
 
     #[test]
     fn facts_name_a_double_at_any_depth() {
-        assert!(names_double(&serde_json::json!({"dfc": {"test_double": "TEST DOUBLE"}})));
-        assert!(!names_double(&serde_json::json!({"dfc": {"test_double": null}})));
+        assert!(names_double(
+            &serde_json::json!({"dfc": {"test_double": "TEST DOUBLE"}})
+        ));
+        assert!(!names_double(
+            &serde_json::json!({"dfc": {"test_double": null}})
+        ));
         assert!(!names_double(&serde_json::json!({"version": "3.33.0"})));
     }
 }

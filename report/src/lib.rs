@@ -11,9 +11,9 @@
 #[cfg(feature = "runs")]
 pub mod artefacts;
 pub mod compare;
-pub mod double;
 #[cfg(feature = "runs")]
 pub mod diff;
+pub mod double;
 pub mod entry;
 pub mod headline;
 pub mod html;

@@ -33,7 +33,8 @@ pub struct Config {
     pub route: String,
 }
 
-const HEADER: &str = "# heddle's settings for this checkout (README, \"Bring your DFC\"); `--set` wins over them.\n";
+const HEADER: &str =
+    "# heddle's settings for this checkout (README, \"Bring your DFC\"); `--set` wins over them.\n";
 
 /// The three routes, commented out: the config for a DFC example when no route was given.
 const CHOICES: &str = r#"[dfc]
@@ -87,10 +88,7 @@ pub fn config(a: &DfcArgs, example: &str) -> Result<Option<Config>, Error> {
         let path = abs.to_string_lossy();
         let (text, route) = if a.dfc_on_host {
             (
-                format!(
-                    "{HEADER}[dfc]\nwheel = {}\nrun_on = \"host\"\n",
-                    q(&path)
-                ),
+                format!("{HEADER}[dfc]\nwheel = {}\nrun_on = \"host\"\n", q(&path)),
                 "route c: the wheel in a host python env",
             )
         } else {

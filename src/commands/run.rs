@@ -153,7 +153,10 @@ fn print_summary(plan: &Plan, rec: &RunRecord) {
     {
         let double = outcome::double_label(rec, label);
         for p in r.output_paths.values().filter(|p| p.ends_with(".md")) {
-            eprintln!("table: {}{double}", display_rel(&plan.pipeline.root.join(p)));
+            eprintln!(
+                "table: {}{double}",
+                display_rel(&plan.pipeline.root.join(p))
+            );
         }
     }
 }
@@ -168,7 +171,11 @@ fn print_failures(rec: &RunRecord) {
                 paint(Stream::Stderr, Tone::Failed, "FAILED"),
                 printable(r.status.error.as_deref().unwrap_or(""))
             );
-            if r.status.error.as_deref().is_some_and(outcome::no_gpu_runtime) {
+            if r.status
+                .error
+                .as_deref()
+                .is_some_and(outcome::no_gpu_runtime)
+            {
                 eprintln!("    hint: {}", outcome::NO_GPU_HINT);
             }
             // A stage that printed nothing to stderr has no log file.

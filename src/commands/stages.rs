@@ -143,11 +143,7 @@ fn show(root: &Path, name: &str, lib_base: &Path) -> Result<String, Error> {
 /// project's own `schemas/` (not the ignored `.heddle/`), so they are committed with the project
 /// and an editor finds them in every clone, with no network and at the version of the heddle that
 /// wrote the project. `heddle schema pipeline|stage` rewrites them after an upgrade.
-fn scaffold(
-    dir: &Path,
-    example: &str,
-    config: Option<init_dfc::Config>,
-) -> Result<String, Error> {
+fn scaffold(dir: &Path, example: &str, config: Option<init_dfc::Config>) -> Result<String, Error> {
     let Some((_, text)) = EXAMPLES.iter().find(|(n, _)| *n == example) else {
         let known: Vec<&str> = EXAMPLES.iter().map(|(n, _)| *n).collect();
         return Err(Error::Usage(format!(

@@ -211,7 +211,13 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = write(d.path(), "c.toml", "[dfc]\nimgae = \"x\"\n");
         let e = load(&[p.clone()], d.path(), None).unwrap_err().to_string();
-        assert!(e.starts_with(&format!("{}:2:1: [dfc]: unknown field `imgae`", p.display())), "{e}");
+        assert!(
+            e.starts_with(&format!(
+                "{}:2:1: [dfc]: unknown field `imgae`",
+                p.display()
+            )),
+            "{e}"
+        );
         let p = write(d.path(), "c.toml", "[dfc]\nrun_on = \"gpu\"\n");
         let e = load(&[p.clone()], d.path(), None).unwrap_err().to_string();
         assert_eq!(

@@ -33,7 +33,9 @@ pub enum RouteError {
     Both { at: String },
     #[error("{at}: [dfc] run_on = \"host\" needs `wheel` (the DFC wheel the host env installs)")]
     HostWithoutWheel { at: String },
-    #[error("{at}: [dfc] `{key}` has no effect with run_on = \"host\" (the DFC stages run on the host)")]
+    #[error(
+        "{at}: [dfc] `{key}` has no effect with run_on = \"host\" (the DFC stages run on the host)"
+    )]
     NotOnHost { key: &'static str, at: String },
     #[error("{at}: [dfc] wheel {} does not exist", path.display())]
     NoWheel { path: PathBuf, at: String },
@@ -107,7 +109,11 @@ impl Route {
             if let Some(h) = host {
                 return Err(RouteError::HostWithoutWheel { at: h.at.clone() });
             }
-            let image = c.image.as_ref().map(|s| s.value.clone()).unwrap_or_default();
+            let image = c
+                .image
+                .as_ref()
+                .map(|s| s.value.clone())
+                .unwrap_or_default();
             return Ok(Route::Image {
                 image,
                 python: value(&c.python),

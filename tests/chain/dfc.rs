@@ -28,7 +28,12 @@ fn dfc_pipelines_validate() {
         // `heddle dag` loads, validates and expands the pipeline without the engine (an image
         // name is all it needs; with none configured it names the routes to a DFC, below).
         let r = p
-            .heddle(&["dag", pipe, "--set", "dfc_image=hailo_ai_sw_suite_2025-10:1"])
+            .heddle(&[
+                "dag",
+                pipe,
+                "--set",
+                "dfc_image=hailo_ai_sw_suite_2025-10:1",
+            ])
             .ok();
         assert_eq!(r.stdout.lines().count(), n, "{pipe}:\n{}", r.stdout);
         for stage in [
