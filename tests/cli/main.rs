@@ -11,3 +11,4 @@ mod failures;
 mod output;
 mod pipelines;
 mod records;
+mod select;
