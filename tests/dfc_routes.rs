@@ -7,6 +7,7 @@
 //! - (b) the double's wheel (make_wheel.py), from which heddle builds its recipe
 //!   (stages/dfc/image/Dockerfile) on a local Debian base instead of the CUDA one (no registry);
 //! - (c) the same wheel in a python env heddle provisions on the host.
+//!
 //! Each run is CPU-only (`gpus=none`, `level=0`), as it would be on a machine without a GPU.
 //! The model and images are the BYOM test's (a PP-OCR model and scikit-image samples from their
 //! PyPI wheels, HEDDLE_BYOM_SITE); without them, or without the images, the tests say they skipped.

@@ -210,7 +210,9 @@ mod tests {
     fn an_unknown_key_or_value_points_at_its_line() {
         let d = tempfile::tempdir().unwrap();
         let p = write(d.path(), "c.toml", "[dfc]\nimgae = \"x\"\n");
-        let e = load(&[p.clone()], d.path(), None).unwrap_err().to_string();
+        let e = load(std::slice::from_ref(&p), d.path(), None)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with(&format!(
                 "{}:2:1: [dfc]: unknown field `imgae`",
@@ -219,7 +221,9 @@ mod tests {
             "{e}"
         );
         let p = write(d.path(), "c.toml", "[dfc]\nrun_on = \"gpu\"\n");
-        let e = load(&[p.clone()], d.path(), None).unwrap_err().to_string();
+        let e = load(std::slice::from_ref(&p), d.path(), None)
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
             format!(
