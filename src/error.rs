@@ -66,6 +66,15 @@ pub enum Error {
     /// Boxed, as large as bollard's error is (it carries TLS causes).
     #[error(transparent)]
     Engine(Box<heddle_containers::ContainerError>),
+    /// A `[dfc]` setting that cannot work (README, "Bring your DFC").
+    #[error(transparent)]
+    DfcConfig(#[from] crate::dfc::config::DfcConfigError),
+    /// No DFC for the DFC stages, or a route whose parts do not fit together.
+    #[error(transparent)]
+    DfcRoute(#[from] crate::dfc::RouteError),
+    /// Route (b)'s image could not be built.
+    #[error(transparent)]
+    DfcRecipe(#[from] crate::dfc::recipe::RecipeError),
     /// The shared cache's configuration (an unknown scheme, a bad mode, an unreadable config).
     #[error(transparent)]
     Remote(#[from] crate::remote_cache::RemoteSetupError),

@@ -57,18 +57,53 @@ pub async fn display(mode: ProgressMode, total: usize, rx: UnboundedReceiver<Eve
 async fn lines(quiet: bool, mut rx: UnboundedReceiver<Event>) -> Tally {
     let mut tally = Tally::default();
     let mut err = std::io::BufWriter::with_capacity(64 * 1024, std::io::stderr());
+    let mut running: BTreeMap<usize, String> = BTreeMap::new();
     while let Some(first) = rx.recv().await {
         let mut next = Some(first);
         while let Some(ev) = next {
             count(&mut tally, &ev);
+            track(&mut running, &ev);
             if !quiet {
                 print_line(&mut err, &ev);
+                if let Some(w) = warning_line(&running, &ev) {
+                    let _ = writeln!(err, "{w}");
+                }
             }
             next = rx.try_recv().ok();
         }
         let _ = err.flush();
     }
     tally
+}
+
+/// The labels of the instances running now, so a line of theirs can be attributed.
+fn track(running: &mut BTreeMap<usize, String>, ev: &Event) {
+    match ev {
+        Event::Started { id, label, .. } => {
+            running.insert(*id, label.clone());
+        }
+        Event::Finished { id, .. } => {
+            running.remove(id);
+        }
+        _ => {}
+    }
+}
+
+/// A stage's own `warning: ...` line, shown as it is printed (the rest of its output goes only
+/// to its log): `dfc/identify` warns this way before a long sweep starts, so the warning must
+/// not wait for the run's end.
+fn warning_line(running: &BTreeMap<usize, String>, ev: &Event) -> Option<String> {
+    let Event::Line { id, line } = ev else {
+        return None;
+    };
+    let text = line.trim_start().strip_prefix("warning: ")?;
+    let label = running.get(id).map(String::as_str).unwrap_or("?");
+    Some(format!(
+        "{}  {}  {}",
+        paint(Tone::Failed, "warning"),
+        printable(label),
+        printable(text)
+    ))
 }
 
 /// The line `lines` prints for `ev`; what a stage controls in it (its label's matrix values,
@@ -135,7 +170,12 @@ async fn bar(total: usize, mut rx: UnboundedReceiver<Event>) -> Tally {
         ProgressStyle::with_template("  {spinner} {prefix:.bold} {elapsed:>4} {wide_msg:.dim}")
             .expect("template");
     let mut bars: BTreeMap<usize, ProgressBar> = BTreeMap::new();
+    let mut running: BTreeMap<usize, String> = BTreeMap::new();
     while let Some(ev) = rx.recv().await {
+        track(&mut running, &ev);
+        if let Some(w) = warning_line(&running, &ev) {
+            let _ = multi.println(w);
+        }
         match &ev {
             Event::Started { id, label, .. } => {
                 let b = multi.add(ProgressBar::new_spinner());

@@ -16,6 +16,7 @@ use heddle_runner::sched::{self, RunOptions};
 
 use heddle_runner::shared_cache::SharedCache;
 
+use crate::dfc::Route;
 use crate::error::Error;
 use crate::progress::{self, ProgressMode};
 use crate::remote_cache::RemoteFlags;
@@ -94,15 +95,28 @@ impl Session {
 
     /// Load and plan the pipeline the arguments name.
     pub fn load_plan(&self, p: &PipelineArgs) -> Result<Plan, Error> {
+        Ok(self.load_routed(p, &[])?.0)
+    }
+
+    /// Load the pipeline with its DFC route applied (`[dfc]` in the config files, see
+    /// [`crate::dfc`]) and plan it with only the stages `only` names and what they need (all
+    /// when empty). Returns the route too: `run` builds route (b)'s image before it starts.
+    pub fn load_routed(&self, p: &PipelineArgs, only: &[String]) -> Result<(Plan, Route), Error> {
         let file = find_pipeline(&p.pipeline)?;
-        let mut overrides = Vec::new();
+        let root = match &self.root {
+            Some(r) => r.clone(),
+            None => model::find_root(&file),
+        };
+        let route = crate::dfc::route_for(&root)?;
+        // The route's values first, as if set with --set; the user's own --set after them wins.
+        let mut overrides = route.overrides(&declared_params(&file));
         for s in &p.set {
             let (k, v) = s
                 .split_once('=')
                 .ok_or_else(|| Error::Usage(format!("--set {s}: expected NAME=VALUE")))?;
             overrides.push((k.trim().to_string(), v.to_string()));
         }
-        let pipeline = model::load(
+        let mut pipeline = model::load(
             &file,
             &LoadOptions {
                 overrides,
@@ -110,7 +124,9 @@ impl Session {
                 stage_lib: Some(self.stage_lib()),
             },
         )?;
-        Ok(plan::build(Arc::new(pipeline))?)
+        route.apply(&mut pipeline)?;
+        crate::commands::select::keep_only(&mut pipeline, only)?;
+        Ok((plan::build(Arc::new(pipeline))?, route))
     }
 
     /// Load, plan and prepare without running or provisioning (plan, status, lock): never
@@ -130,6 +146,22 @@ impl Session {
         // Hashes learnt while planning spare the next command the reads.
         let _ = stats.save();
         Ok((plan, ctx))
+    }
+}
+
+/// The params a pipeline file declares (its `[params]` keys), read before it is loaded so a DFC
+/// route sets only params the pipeline has. A file that does not parse declares none here: the
+/// load that follows reports it with its position.
+fn declared_params(file: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return Vec::new();
+    };
+    let Ok(table) = text.parse::<toml::Table>() else {
+        return Vec::new();
+    };
+    match table.get("params") {
+        Some(toml::Value::Table(t)) => t.keys().cloned().collect(),
+        _ => Vec::new(),
     }
 }
 

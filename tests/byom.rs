@@ -293,8 +293,9 @@ fn foreign_model_through_the_dfc_double_with_a_user_model_script() {
         &table,
         "float reference: SDK_NATIVE on the translated HAR (DFC emulator, fp32).",
     );
+    // All cached but dfc/identify, the toolchain check that looks at the machine on every run.
     let again = run(&args);
-    assert_contains(&again, "0 ran");
+    assert_contains(&again, "1 ran");
 }
 
 #[test]

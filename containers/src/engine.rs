@@ -192,10 +192,26 @@ impl Engine {
         tag: &str,
         context_tar: Vec<u8>,
     ) -> Result<ImageIdentity, ContainerError> {
+        self.build_image_with_args(tag, context_tar, &[]).await
+    }
+
+    /// [`Engine::build_image`] with `--build-arg NAME=VALUE` values (a recipe's `ARG`s).
+    pub async fn build_image_with_args(
+        &self,
+        tag: &str,
+        context_tar: Vec<u8>,
+        build_args: &[(&str, &str)],
+    ) -> Result<ImageIdentity, ContainerError> {
         let options = BuildImageOptions {
             t: Some(tag.to_string()),
             rm: true,
             forcerm: true,
+            buildargs: (!build_args.is_empty()).then(|| {
+                build_args
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            }),
             ..Default::default()
         };
         self.docker

@@ -56,13 +56,25 @@ fn report_outputs(
 }
 
 /// The run's report tables: every `.md` output of a `report = true` stage.
+///
+/// A table made downstream of a test double has `(double)` in every row ([`crate::double`]).
 pub fn tables(store: &Store, root: &Path, rec: &RunRecord) -> Vec<Table> {
+    let doubles = crate::double::downstream_of_doubles(rec);
     report_outputs(store, root, rec, ".md")
         .into_iter()
-        .map(|(src, digest, bytes)| Table {
-            src,
-            digest,
-            markdown: String::from_utf8_lossy(&bytes).into_owned(),
+        .map(|(src, digest, bytes)| {
+            let markdown = String::from_utf8_lossy(&bytes).into_owned();
+            let label = src.split_once('#').map_or(src.as_str(), |(l, _)| l);
+            let markdown = if doubles.contains(label) {
+                crate::double::label_rows(&markdown)
+            } else {
+                markdown
+            };
+            Table {
+                src,
+                digest,
+                markdown,
+            }
         })
         .collect()
 }

@@ -13,6 +13,7 @@ pub mod artefacts;
 pub mod compare;
 #[cfg(feature = "runs")]
 pub mod diff;
+pub mod double;
 pub mod entry;
 pub mod headline;
 pub mod html;

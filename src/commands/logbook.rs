@@ -169,7 +169,34 @@ fn front_matter(root: &Path, rec: &RunRecord) -> BTreeMap<String, String> {
         "images".into(),
         serde_json::to_string(&images).expect("json"),
     );
+    if let Some(t) = toolchain(rec) {
+        f.insert("toolchain".into(), t);
+    }
     f
+}
+
+/// The toolchain the run's `dfc/identify`-style stages reported (facts with a `dfc` object):
+/// the DFC's version, whether it was a test double, the GPU and HailoRT they saw. `None` when
+/// no stage reported one.
+fn toolchain(rec: &RunRecord) -> Option<String> {
+    let found: BTreeMap<&str, serde_json::Value> = rec
+        .instances
+        .iter()
+        .filter_map(|(label, r)| {
+            let f = r.facts.as_ref()?;
+            let dfc = f.get("dfc")?;
+            Some((
+                label.as_str(),
+                serde_json::json!({
+                    "dfc": dfc.get("version"),
+                    "test_double": dfc.get("test_double"),
+                    "gpu": f.get("gpu").and_then(|g| g.get("visible")),
+                    "hailort": f.get("hailort"),
+                }),
+            ))
+        })
+        .collect();
+    (!found.is_empty()).then(|| serde_json::to_string(&found).expect("json"))
 }
 
 fn block(kind: &str, attrs: Vec<(String, String)>, body: String) -> Segment {

@@ -13,6 +13,7 @@ pub mod run;
 mod run_columns;
 pub mod runs;
 pub mod schema;
+pub mod select;
 pub mod shell;
 pub mod stages;
 pub mod trust;

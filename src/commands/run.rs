@@ -5,21 +5,36 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
+use heddle_containers::Engine;
 use heddle_runner::lock;
 use heddle_runner::plan::Plan;
 use heddle_runner::record::{self, ErrorClass, RunRecord, RunStatus, Status};
 use heddle_runner::sched::{self, RunOptions};
 
+use crate::dfc::Route;
 use crate::error::{Error, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, EXIT_STAGE_FAILED};
 use crate::printable::{printable, printable_line, say_err};
 use crate::progress::{secs, ProgressMode};
 use crate::session::{self, default_jobs, display_rel, PipelineArgs, Session};
 use crate::style::{paint, Stream, Tone};
 
+#[path = "run_outcome.rs"]
+mod outcome;
+
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
     #[command(flatten)]
     p: PipelineArgs,
+    /// Run only these stages and the stages they read from (as `dvc repro STAGE`); the lock file
+    /// is left alone, since it describes the whole pipeline.
+    #[arg(value_name = "STAGE", num_args = 0.., requires = "pipeline")]
+    stages: Vec<String>,
+    /// The same as naming the stages after the pipeline (repeatable): `--until optimize`.
+    #[arg(long, value_name = "STAGE")]
+    until: Vec<String>,
+    /// Exit 1 when any instance failed, allowed (`allow_failure`) or not: for CI.
+    #[arg(long)]
+    strict: bool,
     /// Instances executing at once on this machine (a stage placed on a configured host is
     /// bounded by that host's pools instead).
     #[arg(long, short = 'j', default_value_t = default_jobs())]
@@ -38,8 +53,18 @@ pub struct RunArgs {
 }
 
 pub async fn run(s: &Session, a: &RunArgs) -> Result<i32, Error> {
-    let plan = Arc::new(s.load_plan(&a.p)?);
+    let only: Vec<String> = a.stages.iter().chain(&a.until).cloned().collect();
+    let (plan, route) = s.load_routed(&a.p, &only)?;
+    let plan = Arc::new(plan);
     check_forced(&plan, &a.force)?;
+    if let Route::WheelImage(recipe) = &route {
+        let engine = Engine::connect(None)
+            .await
+            .map_err(|e| Error::Engine(Box::new(e)))?;
+        recipe
+            .ensure(&engine, &|m| eprintln!("note    {m}"))
+            .await?;
+    }
     let store = s.open_store()?;
     let remote = s
         .open_remote(&plan.pipeline.root, store.clone())?
@@ -67,7 +92,13 @@ pub async fn run(s: &Session, a: &RunArgs) -> Result<i32, Error> {
         Ok(path) => say_err!("run {}: {}", rec.run_id, display_rel(&path)),
         Err(e) => say_err!("warning: failed to save the run record: {e}"),
     }
-    if rec.status == RunStatus::Completed {
+    if rec.status == RunStatus::Completed && !only.is_empty() {
+        eprintln!(
+            "lock: {} left as it was (this run ran only {} and what it needs)",
+            display_rel(&lock::lock_path(&plan.pipeline.file)),
+            only.join(", ")
+        );
+    } else if rec.status == RunStatus::Completed {
         let path = lock::lock_path(&plan.pipeline.file);
         match lock::write_from_record(&rec, &path, &lock::stamps_dir(&plan.pipeline.root)) {
             Ok(_) => say_err!("lock: {}", display_rel(&path)),
@@ -75,7 +106,11 @@ pub async fn run(s: &Session, a: &RunArgs) -> Result<i32, Error> {
         }
     }
     print_failures(&rec);
-    Ok(exit_code(&rec))
+    let code = exit_code(&rec, a.strict);
+    if let Some(line) = outcome::last_line(&rec, a.strict) {
+        eprintln!("{line}");
+    }
+    Ok(code)
 }
 
 /// Every `--force STAGE` must name a stage of the pipeline.
@@ -114,13 +149,17 @@ fn print_summary(plan: &Plan, rec: &RunRecord) {
         secs(rec.duration_ms)
     );
     say_err!("outputs: {}", display_rel(&out_dir));
-    for (_, r) in rec
+    for (label, r) in rec
         .instances
         .iter()
         .filter(|(_, r)| r.report && r.status.status == Status::Ok)
     {
+        let double = outcome::double_label(rec, label);
         for p in r.output_paths.values().filter(|p| p.ends_with(".md")) {
-            say_err!("table: {}", display_rel(&plan.pipeline.root.join(p)));
+            say_err!(
+                "table: {}{double}",
+                display_rel(&plan.pipeline.root.join(p))
+            );
         }
     }
 }
@@ -135,6 +174,13 @@ fn print_failures(rec: &RunRecord) {
                 paint(Stream::Stderr, Tone::Failed, "FAILED"),
                 printable(r.status.error.as_deref().unwrap_or(""))
             );
+            if r.status
+                .error
+                .as_deref()
+                .is_some_and(outcome::no_gpu_runtime)
+            {
+                eprintln!("    hint: {}", outcome::NO_GPU_HINT);
+            }
             // A stage that printed nothing to stderr has no log file.
             if let Some([_, err]) = r.logs.as_ref().filter(|[_, e]| Path::new(e).exists()) {
                 say_err!("    log: {}", display_rel(Path::new(err)));
@@ -146,8 +192,11 @@ fn print_failures(rec: &RunRecord) {
 /// 0 completed, 130 interrupted; a failed run is 1 when a stage failed, and 2 when heddle
 /// itself could not do its part (the cache could not store or place an output: a full disk,
 /// an unwritable cache), which is the environment's fault and not the stage's.
-fn exit_code(rec: &RunRecord) -> i32 {
+///
+/// With `strict`, a completed run with any failure (allowed ones included) is 1 too.
+fn exit_code(rec: &RunRecord, strict: bool) -> i32 {
     match rec.status {
+        RunStatus::Completed if strict && outcome::any_failed(rec) => EXIT_STAGE_FAILED,
         RunStatus::Completed => EXIT_OK,
         RunStatus::Interrupted => EXIT_INTERRUPTED,
         RunStatus::Failed => {

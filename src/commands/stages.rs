@@ -18,6 +18,9 @@ use clap::Subcommand;
 use crate::error::{Error, EXIT_OK};
 use crate::session::Session;
 
+#[path = "init_dfc.rs"]
+mod init_dfc;
+
 #[derive(Subcommand, Debug)]
 pub enum StagesCmd {
     /// Every definition: name, origin (project or library), first line of its description.
@@ -28,11 +31,14 @@ pub enum StagesCmd {
 
 #[derive(clap::Args, Debug)]
 pub struct InitArgs {
-    /// compile-onnx (any ONNX + images) or mezo-ort.
+    /// compile-onnx (any ONNX + images, onnxruntime), compile-onnx-dfc (the same through the
+    /// Hailo DFC) or mezo-ort.
     #[arg(long, default_value = "compile-onnx")]
     example: String,
     #[arg(default_value = ".")]
     dir: PathBuf,
+    #[command(flatten)]
+    dfc: init_dfc::DfcArgs,
 }
 
 pub fn stages(s: &Session, cmd: &StagesCmd) -> Result<i32, Error> {
@@ -47,7 +53,8 @@ pub fn stages(s: &Session, cmd: &StagesCmd) -> Result<i32, Error> {
 }
 
 pub fn init(a: &InitArgs) -> Result<i32, Error> {
-    print!("{}", scaffold(&a.dir, &a.example)?);
+    let config = init_dfc::config(&a.dfc, &a.example)?;
+    print!("{}", scaffold(&a.dir, &a.example, config)?);
     Ok(EXIT_OK)
 }
 
@@ -56,6 +63,10 @@ const EXAMPLES: &[(&str, &str)] = &[
     (
         "compile-onnx",
         include_str!("../../pipelines/compile-onnx.toml"),
+    ),
+    (
+        "compile-onnx-dfc",
+        include_str!("../../pipelines/compile-onnx-dfc.toml"),
     ),
     ("mezo-ort", include_str!("../../pipelines/mezo-ort.toml")),
 ];
@@ -146,7 +157,7 @@ fn show(root: &Path, name: &str, lib_base: &Path) -> Result<String, Error> {
 /// project's own `schemas/` (not the ignored `.heddle/`), so they are committed with the project
 /// and an editor finds them in every clone, with no network and at the version of the heddle that
 /// wrote the project. `heddle schema pipeline|stage` rewrites them after an upgrade.
-fn scaffold(dir: &Path, example: &str) -> Result<String, Error> {
+fn scaffold(dir: &Path, example: &str, config: Option<init_dfc::Config>) -> Result<String, Error> {
     let Some((_, text)) = EXAMPLES.iter().find(|(n, _)| *n == example) else {
         let known: Vec<&str> = EXAMPLES.iter().map(|(n, _)| *n).collect();
         return Err(Error::Usage(format!(
@@ -163,6 +174,9 @@ fn scaffold(dir: &Path, example: &str) -> Result<String, Error> {
     ];
     for kind in SchemaKind::ALL {
         files.push((dir.join("schemas").join(kind.file_name()), kind.text()));
+    }
+    if let Some(c) = &config {
+        files.push((dir.join(".heddle").join("config.toml"), c.text.clone()));
     }
     // Anything at a path, a dangling link included (`exists` follows links, and writing
     // would create the link's target wherever it points), is the user's: never written.
@@ -200,9 +214,16 @@ fn scaffold(dir: &Path, example: &str) -> Result<String, Error> {
             .and_then(|mut f| std::io::Write::write_all(&mut f, bytes.as_bytes()))
             .map_err(|e| io_fail(p, e))?;
     }
-    Ok(format!(
-        "created .heddle/, .gitignore, schemas/ and pipelines/{example}.toml\nnext: heddle run pipelines/{example}.toml\n"
-    ))
+    Ok(match config {
+        None => format!(
+            "created .heddle/, .gitignore, schemas/ and pipelines/{example}.toml\nnext: heddle run pipelines/{example}.toml\n"
+        ),
+        Some(c) => format!(
+            "created .heddle/, .heddle/config.toml ({}), .gitignore, schemas/ and pipelines/{example}.toml\n\
+             next: put your model at model.onnx and your images in images/, then heddle run pipelines/{example}.toml\n",
+            c.route
+        ),
+    })
 }
 
 /// Up to the first ". " (a sentence, not the dot of `.npy`), at most 100 characters.

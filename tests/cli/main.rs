@@ -16,3 +16,4 @@ mod quoting;
 mod records;
 mod secrets;
 mod trust;
+mod select;

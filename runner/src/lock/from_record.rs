@@ -129,6 +129,8 @@ struct LockedView<'a> {
     image: Option<WithoutNulls<'a>>,
     outputs: &'a heddle_schema::VecMap<OutputEntry>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    facts: Option<WithoutNulls<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     key: Option<WithoutNulls<'a>>,
 }
 
@@ -149,6 +151,7 @@ impl<'a> LockedView<'a> {
             env: r.env_identity.as_deref(),
             image: r.image.as_ref().map(|v| WithoutNulls(Cow::Borrowed(v))),
             outputs: &r.outputs,
+            facts: r.facts.as_ref().map(|v| WithoutNulls(Cow::Borrowed(v))),
             // Parsed from the record's text for this instance only, and dropped once printed.
             key: r
                 .key_parts
@@ -303,6 +306,7 @@ mod tests {
                     env: r.env_identity.clone(),
                     image: r.image.clone().map(strip_nulls),
                     outputs: r.outputs.to_btree(),
+                    facts: r.facts.clone().map(strip_nulls),
                     key: r
                         .key_parts
                         .as_ref()

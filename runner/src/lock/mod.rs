@@ -52,6 +52,10 @@ pub struct LockedInstance {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<Value>,
     pub outputs: BTreeMap<String, OutputEntry>,
+    /// What the stage reported about where it ran (`$HEDDLE_FACTS_FILE`, nulls dropped), e.g.
+    /// `dfc/identify`'s DFC version, GPU and HailoRT: the lock names the exact toolchain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facts: Option<Value>,
     /// The expanded key (nulls dropped: TOML has none); absent for a skipped instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<Value>,
@@ -182,6 +186,7 @@ impl LockFile {
                         strip_nulls(serde_json::json!({"reference": r, "id": ctx_images.get(r).map(|i| i.id.clone())}))
                     }),
                     outputs: row.outputs.clone().unwrap_or_default(),
+                    facts: None,
                     key: row.parts.as_ref().map(|p| strip_nulls(serde_json::to_value(p).expect("parts"))),
                 })
                 .collect(),
@@ -308,6 +313,7 @@ mod tests {
                 env: None,
                 image: None,
                 outputs: BTreeMap::new(),
+                facts: None,
                 key: Some(strip_nulls(
                     serde_json::json!({"version": "x", "env": null, "executor": {"kind": "host", "image_id": null}}),
                 )),
@@ -338,6 +344,7 @@ mod tests {
                 },
             )]
             .into(),
+            facts: None,
             key: None,
         }
     }

@@ -118,6 +118,7 @@ struct Fields<'a> {
     env: Option<&'a str>,
     image: Option<&'a Value>,
     outputs: &'a heddle_schema::VecMap<heddle_cache::OutputEntry>,
+    facts: Option<&'a Value>,
     key: Option<&'a RawValue>,
 }
 
@@ -133,6 +134,7 @@ impl<'a> Fields<'a> {
             env: r.env_identity.as_deref(),
             image: r.image.as_ref(),
             outputs: &r.outputs,
+            facts: r.facts.as_ref(),
             key: r.key_parts.as_deref(),
         }
     }

@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
 # TEST DOUBLE — not the Hailo SDK.
-# Builds heddle-test/dfc-double:latest: a Debian bookworm root filesystem with python3 + python3-numpy, made by
-# mmdebstrap from Debian's packages and imported with `docker import`, plus a layer that puts the test-double
-# packages `hailo_sdk_client` / `hailo_platform` (numpy-only fakes that record every call) on PYTHONPATH.
+# Builds, from a Debian bookworm root filesystem with python3, python3-numpy, python3-venv and python3-pip (made by
+# mmdebstrap from Debian's packages and imported with `docker import`; no registry):
+#   heddle-test/dfc-double:latest        the test-double packages `hailo_sdk_client` / `hailo_platform` (numpy-only
+#                                        fakes that record every call) on PYTHONPATH;
+#   hailo_ai_sw_suite_2025-10:testdouble the double's wheel (make_wheel.py) installed the way the AI Software Suite
+#                                        image has the DFC: /local/workspace/hailo_virtualenv, user `hailo` (route a
+#                                        of README "Bring your DFC"); a tag no real suite image has (they are `:1`);
+#   heddle-test/dfc-wheel-base:bookworm  the bare rootfs, the base route b's recipe (stages/dfc/image/Dockerfile) is
+#                                        built on in the tests instead of a CUDA image (no registry here).
 # Usage: tests/images/dfc-double/build.sh [--force-rootfs]
 # The rootfs tarball is cached under ${HEDDLE_TEST_CACHE:-/var/cache/heddle-test}/ so reruns take seconds.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cache="${HEDDLE_TEST_CACHE:-/var/cache/heddle-test}"
 mkdir -p "$cache"
-rootfs="$cache/dfc-double-rootfs-bookworm.tar"
-base="heddle-test/dfc-double-base:bookworm"
+rootfs="$cache/dfc-double-rootfs-bookworm-venv.tar"
+# Its own tag: an older build.sh (another checkout) tags its rootfs without venv/pip as :bookworm.
+base="heddle-test/dfc-double-base:bookworm-venv"
 image="${DFC_DOUBLE_IMAGE:-heddle-test/dfc-double:latest}"
+suite="${DFC_DOUBLE_SUITE_IMAGE:-hailo_ai_sw_suite_2025-10:testdouble}"
+wheel_base="heddle-test/dfc-wheel-base:bookworm"
 
 if [[ "${1:-}" == "--force-rootfs" ]]; then rm -f "$rootfs"; fi
 if [[ ! -s "$rootfs" ]]; then
@@ -20,7 +29,7 @@ if [[ ! -s "$rootfs" ]]; then
   fi
   tmp="$rootfs.partial"
   rm -f "$tmp"
-  mmdebstrap --variant=apt --format=tar --include=python3,python3-numpy \
+  mmdebstrap --variant=apt --format=tar --include=python3,python3-numpy,python3-venv,python3-pip \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
     bookworm "$tmp"
@@ -54,3 +63,29 @@ RUN python3 -c "import hailo_sdk_client, numpy; print(hailo_sdk_client.__doc__.s
 DOCKERFILE
 docker build -q -t "$image" "$ctx"
 echo "built $image (TEST DOUBLE — not the Hailo SDK)"
+
+docker tag "$base" "$wheel_base"
+
+# The suite-like image: the double's wheel in /local/workspace/hailo_virtualenv, run as `hailo`, as the suite does.
+rm -rf "${ctx:?}"/*
+python3 "$here/make_wheel.py" "$ctx" >/dev/null
+whl="$(cd "$ctx" && ls hailo_dataflow_compiler-*.whl)"
+cp "$here/bin/hailortcli" "$ctx/hailortcli"
+cat > "$ctx/Dockerfile" <<DOCKERFILE
+FROM $base
+LABEL heddle.test-double="TEST DOUBLE - not the Hailo SDK" org.opencontainers.image.title="hailo_ai_sw_suite-double"
+# The rootfs has no useradd (mmdebstrap's apt variant): the account is written as useradd would write it.
+RUN echo 'hailo:x:1000:1000::/home/hailo:/bin/bash' >> /etc/passwd && echo 'hailo:x:1000:' >> /etc/group \
+ && mkdir -p /home/hailo /local/workspace && chown 1000:1000 /home/hailo /local/workspace
+COPY $whl /tmp/$whl
+COPY hailortcli /usr/local/bin/hailortcli
+USER hailo
+WORKDIR /local/workspace
+# --system-site-packages: Debian's numpy satisfies the wheel's one dependency with no index to reach.
+RUN python3 -m venv --system-site-packages /local/workspace/hailo_virtualenv \
+ && /local/workspace/hailo_virtualenv/bin/pip install --no-index --no-cache-dir /tmp/$whl \
+ && /local/workspace/hailo_virtualenv/bin/python -c "import hailo_sdk_client"
+ENV PYTHONDONTWRITEBYTECODE=1
+DOCKERFILE
+docker build -q -t "$suite" "$ctx"
+echo "built $suite (TEST DOUBLE — not the Hailo AI Software Suite) and $wheel_base"
