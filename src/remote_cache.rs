@@ -69,6 +69,23 @@ pub fn open(
     })))
 }
 
+/// The remote this command uses, as an address another heddle's `--remote-cache` takes (a
+/// cluster job's worker), and whether it may be written. `Ok(None)`: none configured.
+pub fn address(
+    project_root: &Path,
+    flags: &RemoteFlags,
+) -> Result<Option<(String, bool)>, RemoteSetupError> {
+    let env = |k: &str| std::env::var(k).ok();
+    let settings = resolve_remote(
+        project_root,
+        &env,
+        flags.url.as_deref(),
+        flags.mode.as_deref(),
+    )
+    .map_err(Box::new)?;
+    Ok(settings.map(|s| (s.url.to_string(), s.mode.can_write())))
+}
+
 struct RemoteBridge {
     cache: RemoteCache,
     /// The same backend, for reading an entry alone (`heddle plan`).

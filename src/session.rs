@@ -61,6 +61,11 @@ impl Session {
         )?)
     }
 
+    /// The shared cache's address and writability for `project_root`, if one is configured.
+    pub fn remote_address(&self, project_root: &Path) -> Result<Option<(String, bool)>, Error> {
+        Ok(crate::remote_cache::address(project_root, &self.remote)?)
+    }
+
     /// Where `uses` finds heddle's own stage library, extracted from the binary.
     pub fn stage_lib(&self) -> PathBuf {
         self.cache_dir.join("stage-lib")
@@ -135,7 +140,7 @@ impl Session {
 
 /// The remote engines the user and the project configured (`hosts.toml`, see
 /// [`heddle_runner::hosts`]); a file with a mistake stops the command (exit 2).
-fn load_hosts(project_root: &Path) -> Result<Hosts, Error> {
+pub fn load_hosts(project_root: &Path) -> Result<Hosts, Error> {
     let files = hosts::config_files(project_root, &|k| std::env::var(k).ok());
     Ok(hosts::load(&files)?)
 }

@@ -1,0 +1,222 @@
+//! One loop per run speaks to the engine: each tick it cancels what was asked to be cancelled
+//! (one `scancel`), lists every job of the run with ONE status query (polling per job is what
+//! floods controllers: Snakemake-Profiles/slurm#74, nextflow#2696), submits what waits to be
+//! submitted unless a live job of the same name exists already (then that job is adopted),
+//! and tells each waiting instance its job's state through a watch channel.
+//!
+//! Submitting on the tick costs up to one poll interval of latency per job and buys the
+//! adoption check without a query of its own.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::{oneshot, watch};
+
+use super::engine::{EngineError, JobRow, JobState, Submission};
+use super::slurm;
+use crate::hosts::Cluster;
+
+/// A job handed out by [`Poller::submit`]: its id, whether an existing job was adopted, and
+/// its state as the latest tick saw it.
+pub struct Job {
+    pub id: String,
+    pub adopted: bool,
+    pub state: watch::Receiver<JobState>,
+}
+
+type Reply = oneshot::Sender<Result<Job, EngineError>>;
+
+#[derive(Default)]
+struct Pending {
+    submits: Vec<(Submission, Reply)>,
+    cancels: Vec<String>,
+}
+
+struct Tracked {
+    name: String,
+    state: watch::Sender<JobState>,
+    /// Submitted after the last query began: absent from its answer is not "vanished".
+    fresh: bool,
+}
+
+/// What the loop did, for the run's summary line and the docs' overhead numbers.
+#[derive(Default)]
+pub struct Counts {
+    pub submitted: AtomicU64,
+    pub adopted: AtomicU64,
+    pub queries: AtomicU64,
+    pub cancels: AtomicU64,
+}
+
+pub struct Poller {
+    cluster: Cluster,
+    pending: Mutex<Pending>,
+    jobs: Mutex<HashMap<String, Tracked>>,
+    started: Mutex<bool>,
+    pub counts: Counts,
+    warn: Box<dyn Fn(String) + Send + Sync>,
+}
+
+impl Poller {
+    pub fn new(cluster: Cluster, warn: Box<dyn Fn(String) + Send + Sync>) -> Arc<Poller> {
+        Arc::new(Poller {
+            cluster,
+            pending: Mutex::default(),
+            jobs: Mutex::default(),
+            started: Mutex::new(false),
+            counts: Counts::default(),
+            warn,
+        })
+    }
+
+    /// Queue `s` for the next tick; the job submitted (or adopted) for it.
+    pub async fn submit(self: &Arc<Self>, s: Submission) -> Result<Job, EngineError> {
+        self.start();
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().expect("poller").submits.push((s, tx));
+        rx.await.unwrap_or_else(|_| {
+            Err(EngineError::Spawn {
+                program: "heddle",
+                message: "the cluster driver stopped".into(),
+            })
+        })
+    }
+
+    /// Cancel job `id` at the next tick.
+    pub fn cancel(&self, id: &str) {
+        self.pending
+            .lock()
+            .expect("poller")
+            .cancels
+            .push(id.to_string());
+    }
+
+    /// Start the loop once; it ends when the poller is dropped (the run is over).
+    fn start(self: &Arc<Self>) {
+        let mut started = self.started.lock().expect("poller");
+        if !*started {
+            *started = true;
+            let weak = Arc::downgrade(self);
+            let every = self.cluster.poll_interval;
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let Some(p) = Weak::upgrade(&weak) else {
+                        break;
+                    };
+                    p.tick().await;
+                }
+            });
+        }
+    }
+
+    async fn tick(&self) {
+        let Pending { submits, cancels } = std::mem::take(&mut *self.pending.lock().expect("p"));
+        if !cancels.is_empty() {
+            self.counts.cancels.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = slurm::cancel(&cancels).await {
+                (self.warn)(format!("cluster {}: {e}", self.cluster.name));
+            }
+        }
+        let names: Vec<String> = {
+            let jobs = self.jobs.lock().expect("jobs");
+            let mut n: Vec<String> = jobs.values().map(|t| t.name.clone()).collect();
+            n.extend(submits.iter().map(|(s, _)| s.name.clone()));
+            n.sort();
+            n.dedup();
+            n
+        };
+        if names.is_empty() {
+            return;
+        }
+        self.counts.queries.fetch_add(1, Ordering::Relaxed);
+        let rows = match slurm::query(&names).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                // A controller that does not answer this tick may answer the next: the jobs
+                // keep their last state, and submissions wait.
+                (self.warn)(format!("cluster {}: {e}", self.cluster.name));
+                self.pending
+                    .lock()
+                    .expect("p")
+                    .submits
+                    .extend(submits);
+                return;
+            }
+        };
+        self.update(&rows);
+        for (s, reply) in submits {
+            if reply.is_closed() {
+                continue; // the instance was interrupted before its job existed
+            }
+            let job = self.submit_or_adopt(&s, &rows).await;
+            if let Err(Ok(job)) = reply.send(job) {
+                // Interrupted while sbatch ran: the job must not outlive the run.
+                self.cancel(&job.id);
+            }
+        }
+    }
+
+    /// Send each tracked job's state; forget the ones that ended.
+    fn update(&self, rows: &[JobRow]) {
+        let by_id: HashMap<&str, &JobRow> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
+        let mut jobs = self.jobs.lock().expect("jobs");
+        jobs.retain(|id, t| {
+            let state = match by_id.get(id.as_str()) {
+                Some(r) => r.state.clone(),
+                None if t.fresh => {
+                    t.fresh = false;
+                    return true;
+                }
+                None => JobState::Vanished,
+            };
+            t.fresh = false;
+            let live = state.is_live();
+            t.state.send_if_modified(|s| {
+                let changed = *s != state;
+                *s = state;
+                changed
+            });
+            live
+        });
+    }
+
+    async fn submit_or_adopt(&self, s: &Submission, rows: &[JobRow]) -> Result<Job, EngineError> {
+        let live = rows
+            .iter()
+            .find(|r| r.name == s.name && r.state.is_live() && !self.is_tracked(&r.id));
+        let (id, adopted, state) = match live {
+            Some(r) => {
+                self.counts.adopted.fetch_add(1, Ordering::Relaxed);
+                (r.id.clone(), true, r.state.clone())
+            }
+            None => {
+                let args = slurm::sbatch_args(&self.cluster, s);
+                let id = slurm::submit(&args, &s.script).await?;
+                self.counts.submitted.fetch_add(1, Ordering::Relaxed);
+                (id, false, JobState::Submitted)
+            }
+        };
+        let (tx, rx) = watch::channel(state);
+        self.jobs.lock().expect("jobs").insert(
+            id.clone(),
+            Tracked {
+                name: s.name.clone(),
+                state: tx,
+                fresh: true,
+            },
+        );
+        Ok(Job {
+            id,
+            adopted,
+            state: rx,
+        })
+    }
+
+    fn is_tracked(&self, id: &str) -> bool {
+        self.jobs.lock().expect("jobs").contains_key(id)
+    }
+}
