@@ -196,7 +196,7 @@ impl ClusterExecutor {
                 )))?,
                 _ = cancel.graceful.cancelled() => return Ok(ExecOutcome::Cancelled),
             };
-            self.place(&job.id, None, submissions);
+            self.place(&job.id, submissions);
             let ended = match self.wait(&job.id, job.state, &lines, &cancel).await {
                 Some(ended) => ended,
                 None => return Ok(ExecOutcome::Cancelled),
@@ -272,16 +272,21 @@ impl ClusterExecutor {
         })
     }
 
-    fn place(&self, id: &str, node: Option<String>, submissions: u32) {
-        let mut p = self.placed.lock().expect("placed");
-        let keep_node = p.as_ref().filter(|r| r.job_id == id).and_then(|r| r.node.clone());
-        *p = Some(JobRecord {
+    /// The record's job: a new one with each submission.
+    fn place(&self, id: &str, submissions: u32) {
+        *self.placed.lock().expect("placed") = Some(JobRecord {
             engine: self.driver.cluster.kind.as_str().into(),
             cluster: self.driver.cluster.name.clone(),
             job_id: id.to_string(),
-            node: node.or(keep_node),
+            node: None,
             submissions,
         });
+    }
+
+    fn set_node(&self, node: &str) {
+        if let Some(r) = self.placed.lock().expect("placed").as_mut() {
+            r.node = Some(node.to_string());
+        }
     }
 
     /// Until the job ends (its last state), or `None` when the run was interrupted (the job
@@ -300,10 +305,7 @@ impl ClusterExecutor {
         loop {
             let now = state.borrow_and_update().clone();
             match &now {
-                JobState::Running { node } => {
-                    let submissions = self.placed.lock().expect("p").as_ref().map_or(1, |r| r.submissions);
-                    self.place(id, node.clone(), submissions);
-                }
+                JobState::Running { node: Some(node) } => self.set_node(node),
                 JobState::Pending { reason } if !told && since.elapsed() >= limit => {
                     told = true;
                     let _ = lines.send(format!(
@@ -317,19 +319,31 @@ impl ClusterExecutor {
             if !now.is_live() {
                 return Some(now);
             }
-            let check = tokio::time::sleep(limit.saturating_sub(since.elapsed()).max(Duration::from_millis(100)));
-            tokio::select! {
-                r = state.changed() => if r.is_err() { return Some(JobState::Vanished) },
-                _ = check, if !told => {},
-                _ = cancel.graceful.cancelled() => {
-                    self.driver.poller.cancel(id);
-                    let ended = async { while state.changed().await.is_ok() && state.borrow().is_live() {} };
-                    tokio::select! {
-                        _ = tokio::time::timeout(CANCEL_WAIT, ended) => {},
-                        _ = cancel.force.cancelled() => {},
+            let check = tokio::time::sleep(
+                limit
+                    .saturating_sub(since.elapsed())
+                    .max(Duration::from_millis(100)),
+            );
+            let interrupted = tokio::select! {
+                r = state.changed() => {
+                    if r.is_err() {
+                        return Some(JobState::Vanished);
                     }
-                    return None;
+                    false
                 }
+                _ = check, if !told => false,
+                _ = cancel.graceful.cancelled() => true,
+            };
+            if interrupted {
+                self.driver.poller.cancel(id);
+                let ended = async {
+                    while state.changed().await.is_ok() && state.borrow().is_live() {}
+                };
+                tokio::select! {
+                    _ = tokio::time::timeout(CANCEL_WAIT, ended) => {},
+                    _ = cancel.force.cancelled() => {},
+                }
+                return None;
             }
         }
     }
@@ -353,7 +367,7 @@ impl ClusterExecutor {
             Err(e) => return unreachable(e),
         };
         if let Some((o, _)) = &outcome {
-            self.place(id, Some(o.node.clone()), self.placed.lock().expect("p").as_ref().map_or(1, |r| r.submissions));
+            self.set_node(&o.node);
         }
         if self.job.entry.is_some() && self.job.reuse {
             match drv.shared.fetch(key).await {

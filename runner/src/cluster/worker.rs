@@ -230,7 +230,8 @@ impl Worker {
 
     /// Store and upload the outcome under the job's key; the exit code.
     async fn report(&self, key: Digest, tag: &str, end: End, sb: Option<&Path>) -> i32 {
-        let node = crate::hostname::hostname();
+        // SLURM names the node; HOSTNAME may be the driver's (sbatch exports its environment).
+        let node = std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| crate::hostname::hostname());
         let (outcome, code, outputs) = match end {
             End::AlreadyThere => {
                 (self.log)(&format!("heddle worker: action {key} is in the shared cache already"));

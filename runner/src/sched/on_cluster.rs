@@ -22,7 +22,10 @@ pub(super) fn executor(sh: &Shared, id: usize, record: &InstanceRecord) -> (Arc<
     let stage = plan.stage_of(id);
     let (Some(driver), Some(key)) = (
         &sh.opts.cluster,
-        record.cache_key.as_deref().and_then(|k| k.parse().ok()),
+        record
+            .cache_key
+            .as_deref()
+            .and_then(|k| k.parse::<heddle_cache::Digest>().ok()),
     ) else {
         return (sh.ctx.executor(stage), None);
     };
