@@ -19,7 +19,12 @@ use support::{assert_contains, instance, Project, Run};
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn fixture(name: &str) -> String {
-    std::fs::read_to_string(support::repo_root().join("tests/fixtures/cluster").join(name)).unwrap()
+    std::fs::read_to_string(
+        support::repo_root()
+            .join("tests/fixtures/cluster")
+            .join(name),
+    )
+    .unwrap()
 }
 
 /// A project whose hosts.toml names `slurm` as cluster `hpc` (extra keys appended), and a
@@ -50,8 +55,10 @@ fn setup(what: &str, gres: &str, extra: &str) -> Option<Setup> {
 impl Setup {
     fn cmd(&self, args: &[&str]) -> std::process::Command {
         let mut c = self.p.cmd(args);
-        c.env("SLURM_CONF", &self.slurm.conf)
-            .env("HEDDLE_REMOTE_CACHE", format!("file://{}", self.remote.path().display()));
+        c.env("SLURM_CONF", &self.slurm.conf).env(
+            "HEDDLE_REMOTE_CACHE",
+            format!("file://{}", self.remote.path().display()),
+        );
         c
     }
 
@@ -92,14 +99,19 @@ fn a_matrix_of_20_runs_through_slurm_byte_identical_to_a_local_run_and_reruns_as
     };
     s.p.file("sweep.toml", &fixture("sweep.toml"));
     let run = s.run("sweep.toml", &[]).ok();
-    assert_contains(&run.stderr, "cluster hpc (slurm): 22 jobs submitted, 0 adopted");
+    assert_contains(
+        &run.stderr,
+        "cluster hpc (slurm): 22 jobs submitted, 0 adopted",
+    );
     let rec = s.record();
     let score = instance(&rec, "score[i=7]");
     assert_eq!(score["job"]["engine"], "slurm");
     assert_eq!(score["job"]["cluster"], "hpc");
     assert_eq!(score["job"]["node"], "localhost");
     assert_eq!(score["job"]["submissions"], 1);
-    assert!(score["job"]["job_id"].as_str().is_some_and(|j| !j.is_empty()));
+    assert!(score["job"]["job_id"]
+        .as_str()
+        .is_some_and(|j| !j.is_empty()));
 
     let local = Project::new();
     local.file("sweep.toml", &fixture("sweep.toml"));
@@ -110,14 +122,21 @@ fn a_matrix_of_20_runs_through_slurm_byte_identical_to_a_local_run_and_reruns_as
 
     // Every key is in the caches now: nothing is submitted.
     let again = s.run("sweep.toml", &[]).ok();
-    assert_contains(&again.stderr, "cluster hpc (slurm): 0 jobs submitted, 0 adopted, 0 status queries");
+    assert_contains(
+        &again.stderr,
+        "cluster hpc (slurm): 0 jobs submitted, 0 adopted, 0 status queries",
+    );
     assert_contains(&again.stderr, "22 cached");
 }
 
 #[test]
 fn hailo_instances_never_overlap_on_a_one_device_node() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(s) = setup("hailo:1 through SLURM", "gpu:2,hailo:1", "gres = [\"gpu\", \"hailo\"]\n") else {
+    let Some(s) = setup(
+        "hailo:1 through SLURM",
+        "gpu:2,hailo:1",
+        "gres = [\"gpu\", \"hailo\"]\n",
+    ) else {
         return;
     };
     let lock = s.slurm.path().join("device");
@@ -131,7 +150,10 @@ fn hailo_instances_never_overlap_on_a_one_device_node() {
     for i in 1..=4 {
         let label = format!("flash[i={i}]");
         assert_eq!(instance(&rec, &label)["status"]["status"], "ok", "{label}");
-        assert_eq!(s.p.read(&format!("out/device/{label}/r.txt")), format!("flashed {i}\n"));
+        assert_eq!(
+            s.p.read(&format!("out/device/{label}/r.txt")),
+            format!("flashed {i}\n")
+        );
     }
 }
 
@@ -143,7 +165,10 @@ fn a_failed_stage_s_error_line_reaches_the_run_record() {
     };
     s.p.file("fail.toml", &fixture("fail.toml"));
     let run = s.run("fail.toml", &[]).code(1);
-    assert_contains(&run.stderr, "calibrate FAILED ValueError: calibration set is empty");
+    assert_contains(
+        &run.stderr,
+        "calibrate FAILED ValueError: calibration set is empty",
+    );
     let rec = s.record();
     let i = instance(&rec, "calibrate");
     assert_eq!(i["status"]["error"], "ValueError: calibration set is empty");
@@ -152,8 +177,14 @@ fn a_failed_stage_s_error_line_reaches_the_run_record() {
     assert_eq!(i["job"]["submissions"], 1);
     // The worker's logs came back through the shared cache.
     let [out, err] = [0, 1].map(|n| i["logs"][n].as_str().unwrap().to_string());
-    assert_eq!(std::fs::read_to_string(out).unwrap(), "reading the calibration set\n");
-    assert_contains(&std::fs::read_to_string(err).unwrap(), "ValueError: calibration set is empty");
+    assert_eq!(
+        std::fs::read_to_string(out).unwrap(),
+        "reading the calibration set\n"
+    );
+    assert_contains(
+        &std::fs::read_to_string(err).unwrap(),
+        "ValueError: calibration set is empty",
+    );
 }
 
 #[test]
@@ -164,13 +195,22 @@ fn ctrl_c_cancels_every_job_of_the_run() {
     };
     s.p.file("slow.toml", &fixture("slow.toml"));
     let mut child = s
-        .cmd(&["run", "slow.toml", "--progress", "plain", "--cluster", "hpc"])
+        .cmd(&[
+            "run",
+            "slow.toml",
+            "--progress",
+            "plain",
+            "--cluster",
+            "hpc",
+        ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let running = |s: &Setup| s.slurm.jobs().iter().filter(|j| j[2] == "RUNNING").count();
-    wait_for("three running jobs", Duration::from_secs(60), || running(&s) == 3);
+    wait_for("three running jobs", Duration::from_secs(60), || {
+        running(&s) == 3
+    });
     signal(child.id(), SIGINT);
     let status = wait_ended(&mut child, Duration::from_secs(60), "heddle after Ctrl-C");
     assert_eq!(status.code(), Some(130));
@@ -185,12 +225,26 @@ fn ctrl_c_cancels_every_job_of_the_run() {
 fn a_job_cancelled_from_outside_is_retried_once_then_reported() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // Held jobs wait for the test: it cancels or releases each one.
-    let Some(s) = setup("scancel from outside", "gpu:2,hailo:1", "sbatch_args = [\"--hold\"]\n") else {
+    let Some(s) = setup(
+        "scancel from outside",
+        "gpu:2,hailo:1",
+        "sbatch_args = [\"--hold\"]\n",
+    ) else {
         return;
     };
-    s.p.file("fail.toml", &fixture("chain.toml").replace("__NONCE__", "x"));
+    s.p.file(
+        "fail.toml",
+        &fixture("chain.toml").replace("__NONCE__", "x"),
+    );
     let mut child = s
-        .cmd(&["run", "fail.toml", "--progress", "plain", "--cluster", "hpc"])
+        .cmd(&[
+            "run",
+            "fail.toml",
+            "--progress",
+            "plain",
+            "--cluster",
+            "hpc",
+        ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -231,20 +285,37 @@ fn a_job_cancelled_from_outside_is_retried_once_then_reported() {
     assert_eq!(used["status"]["status"], "failed");
     assert_eq!(used["job"]["submissions"], 2);
     let err = used["status"]["error"].as_str().unwrap();
-    assert_contains(err, "without a result in the shared cache (a lost job); gave up after 2 job(s) on cluster hpc");
+    assert_contains(
+        err,
+        "without a result in the shared cache (a lost job); gave up after 2 job(s) on cluster hpc",
+    );
     assert_contains(err, &format!("job {} ended CANCELLED", acted[3]));
 }
 
 #[test]
 fn an_evicted_input_is_an_infrastructure_fault_and_is_retried() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(s) = setup("an evicted input", "gpu:2,hailo:1", "sbatch_args = [\"--hold\"]\n") else {
+    let Some(s) = setup(
+        "an evicted input",
+        "gpu:2,hailo:1",
+        "sbatch_args = [\"--hold\"]\n",
+    ) else {
         return;
     };
     let text = "evictable input y";
-    s.p.file("chain.toml", &fixture("chain.toml").replace("__NONCE__", "y"));
+    s.p.file(
+        "chain.toml",
+        &fixture("chain.toml").replace("__NONCE__", "y"),
+    );
     let mut child = s
-        .cmd(&["run", "chain.toml", "--progress", "plain", "--cluster", "hpc"])
+        .cmd(&[
+            "run",
+            "chain.toml",
+            "--progress",
+            "plain",
+            "--cluster",
+            "hpc",
+        ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -258,11 +329,10 @@ fn an_evicted_input_is_an_infrastructure_fault_and_is_retried() {
     while released.len() < 3 {
         let mut held = None;
         wait_for("a held job", Duration::from_secs(60), || {
-            held = s
-                .slurm
-                .jobs()
-                .into_iter()
-                .find(|j| j[2] == "PENDING" && j[3] == "JobHeldUser" && !released.contains(&j[0]));
+            held =
+                s.slurm.jobs().into_iter().find(|j| {
+                    j[2] == "PENDING" && j[3] == "JobHeldUser" && !released.contains(&j[0])
+                });
             held.is_some()
         });
         let job = held.unwrap();
@@ -271,7 +341,13 @@ fn an_evicted_input_is_an_infrastructure_fault_and_is_retried() {
             assert_contains(&job[4], " use");
             std::fs::remove_file(&blob).unwrap();
         }
-        assert!(s.slurm.cmd("scontrol").args(["release", &job[0]]).status().unwrap().success());
+        assert!(s
+            .slurm
+            .cmd("scontrol")
+            .args(["release", &job[0]])
+            .status()
+            .unwrap()
+            .success());
         released.push(job[0].clone());
     }
     let status = wait_ended(&mut child, Duration::from_secs(60), "heddle");
@@ -296,5 +372,8 @@ fn a_cluster_run_without_a_shared_cache_is_refused_with_how_to_set_one() {
          s3://BUCKET/PREFIX, webdav+https://HOST/PATH, grpc://HOST:PORT or file:///SHARED/DIR\n"
     );
     let run = p.run("fail.toml", &["--cluster", "gpu"]).code(2);
-    assert_eq!(run.stderr, "error: --cluster gpu: no [clusters.gpu] in hosts.toml (clusters: hpc)\n");
+    assert_eq!(
+        run.stderr,
+        "error: --cluster gpu: no [clusters.gpu] in hosts.toml (clusters: hpc)\n"
+    );
 }

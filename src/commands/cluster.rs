@@ -111,7 +111,8 @@ fn stop_on_signals(cancel: &Cancel) {
     tokio::spawn(async move {
         let mut n = 0;
         #[cfg(unix)]
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         loop {
             #[cfg(unix)]
             {

@@ -50,7 +50,13 @@ pub async fn run(s: &Session, a: &RunArgs) -> Result<i32, Error> {
         .map(crate::remote_cache::gate);
     let run_id = record::new_run_id();
     let cluster = match &a.cluster {
-        Some(name) => Some(super::cluster::driver(s, &plan, name, store.clone(), &run_id)?),
+        Some(name) => Some(super::cluster::driver(
+            s,
+            &plan,
+            name,
+            store.clone(),
+            &run_id,
+        )?),
         None => None,
     };
     let opts = RunOptions {

@@ -22,7 +22,10 @@ impl Slurm {
     pub fn start(what: &str, gres: &str) -> Option<Slurm> {
         let root = is_root();
         let have = Command::new("sh")
-            .args(["-c", "command -v slurmctld && command -v slurmd && command -v munged"])
+            .args([
+                "-c",
+                "command -v slurmctld && command -v slurmd && command -v munged",
+            ])
             .output()
             .is_ok_and(|o| o.status.success());
         let usable = (root && have).then_some(());
@@ -32,12 +35,21 @@ impl Slurm {
             what,
             "SLURM needs root and `apt-get install slurmctld slurmd slurm-client munge`",
         )?;
-        let dir = tempfile::Builder::new().prefix("heddle-slurm-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("heddle-slurm-")
+            .tempdir()
+            .unwrap();
         // Ports apart per test binary and per cluster it starts.
-        let port = 17000 + (std::process::id() % 400) as u16 * 10 + NEXT.fetch_add(2, Ordering::Relaxed);
+        let port =
+            17000 + (std::process::id() % 400) as u16 * 10 + NEXT.fetch_add(2, Ordering::Relaxed);
         let out = Command::new("bash")
             .arg(repo_root().join("tests/support/slurm.sh"))
-            .args(["start", &dir.path().to_string_lossy(), &port.to_string(), gres])
+            .args([
+                "start",
+                &dir.path().to_string_lossy(),
+                &port.to_string(),
+                gres,
+            ])
             .output()
             .unwrap();
         assert!(

@@ -144,9 +144,7 @@ impl From<&ExecEnd> for ExecOutcome {
             ExecEnd::Exited(c) => ExecOutcome::Exited(*c),
             ExecEnd::Signaled(s) => ExecOutcome::Signaled(*s),
             ExecEnd::OomKilled(c) => ExecOutcome::OomKilled(*c),
-            ExecEnd::TimedOutMs(ms) => {
-                ExecOutcome::TimedOut(std::time::Duration::from_millis(*ms))
-            }
+            ExecEnd::TimedOutMs(ms) => ExecOutcome::TimedOut(std::time::Duration::from_millis(*ms)),
             ExecEnd::Cancelled => ExecOutcome::Cancelled,
         }
     }

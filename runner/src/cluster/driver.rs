@@ -22,7 +22,9 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::description::{self as d, ContainerDesc, Description, EntryDesc, GpusDesc, Outcome};
 use super::engine::{JobState, Submission};
 use super::poll::Poller;
-use crate::exec::{base_env, Cancel, ContainerRequest, ExecError, ExecOutcome, ExecRequest, Executor};
+use crate::exec::{
+    base_env, Cancel, ContainerRequest, ExecError, ExecOutcome, ExecRequest, Executor,
+};
 use crate::hosts::Cluster;
 use crate::record::JobRecord;
 use crate::render::PathLayout;
@@ -46,7 +48,9 @@ pub struct Driver {
 
 impl std::fmt::Debug for Driver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Driver").field("cluster", &self.cluster.name).finish()
+        f.debug_struct("Driver")
+            .field("cluster", &self.cluster.name)
+            .finish()
     }
 }
 
@@ -259,10 +263,11 @@ impl ClusterExecutor {
     async fn publish(&self, desc: &Description, req: &ExecRequest) -> Result<(), ExecError> {
         let drv = self.driver.clone();
         let (desc, sandbox, stage_dir) = (desc.clone(), req.sandbox.clone(), req.stage_dir.clone());
-        let key = tokio::task::spawn_blocking(move || drv.store_description(&desc, &sandbox, stage_dir))
-            .await
-            .map_err(|e| ExecError::Other(e.to_string()))?
-            .map_err(ExecError::Other)?;
+        let key =
+            tokio::task::spawn_blocking(move || drv.store_description(&desc, &sandbox, stage_dir))
+                .await
+                .map_err(|e| ExecError::Other(e.to_string()))?
+                .map_err(ExecError::Other)?;
         self.driver.shared.push(key).await.map(|_| ()).map_err(|e| {
             ExecError::Other(format!(
                 "failed to publish the action to the shared cache {}: {}",
@@ -336,9 +341,8 @@ impl ClusterExecutor {
             };
             if interrupted {
                 self.driver.poller.cancel(id);
-                let ended = async {
-                    while state.changed().await.is_ok() && state.borrow().is_live() {}
-                };
+                let ended =
+                    async { while state.changed().await.is_ok() && state.borrow().is_live() {} };
                 tokio::select! {
                     _ = tokio::time::timeout(CANCEL_WAIT, ended) => {},
                     _ = cancel.force.cancelled() => {},
@@ -356,7 +360,11 @@ impl ClusterExecutor {
         let tag = format!("slurm:{}:{id}", drv.cluster.name);
         let okey = d::outcome_key(&key, &tag);
         let unreachable = |e: crate::shared_cache::SharedCacheError| {
-            Back::Infra(format!("the shared cache {} failed: {}", drv.shared.describe(), e.message))
+            Back::Infra(format!(
+                "the shared cache {} failed: {}",
+                drv.shared.describe(),
+                e.message
+            ))
         };
         let outcome = match drv.shared.fetch(okey).await {
             Ok(true) => match self.read_outcome(okey) {
@@ -463,7 +471,8 @@ impl ClusterExecutor {
                     o.outputs
                         .iter()
                         .filter_map(|(k, v)| {
-                            k.strip_prefix(d::OUTCOME_OUT_PREFIX).map(|n| (n.to_string(), v.clone()))
+                            k.strip_prefix(d::OUTCOME_OUT_PREFIX)
+                                .map(|n| (n.to_string(), v.clone()))
                         })
                         .collect()
                 })
@@ -503,15 +512,24 @@ impl Driver {
         );
         outputs.insert(
             d::DESC_IN.to_string(),
-            st.put_output(&sandbox.join("in")).map_err(|e| error_chain(&e))?,
+            st.put_output(&sandbox.join("in"))
+                .map_err(|e| error_chain(&e))?,
         );
         if let Some(dir) = stage_dir {
-            let known = self.stage_dirs.lock().expect("stage dirs").get(&dir).cloned();
+            let known = self
+                .stage_dirs
+                .lock()
+                .expect("stage dirs")
+                .get(&dir)
+                .cloned();
             let entry = match known {
                 Some(e) => e,
                 None => {
                     let e = st.put_output(&dir).map_err(|e| error_chain(&e))?;
-                    self.stage_dirs.lock().expect("stage dirs").insert(dir, e.clone());
+                    self.stage_dirs
+                        .lock()
+                        .expect("stage dirs")
+                        .insert(dir, e.clone());
                     e
                 }
             };

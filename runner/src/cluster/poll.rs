@@ -139,11 +139,7 @@ impl Poller {
                 // A controller that does not answer this tick may answer the next: the jobs
                 // keep their last state, and submissions wait.
                 (self.warn)(format!("cluster {}: {e}", self.cluster.name));
-                self.pending
-                    .lock()
-                    .expect("p")
-                    .submits
-                    .extend(submits);
+                self.pending.lock().expect("p").submits.extend(submits);
                 return;
             }
         };

@@ -124,7 +124,13 @@ pub async fn submit(args: &[String], script: &str) -> Result<String, EngineError
         return Err(EngineError::refused("sbatch", &out.stderr));
     }
     let text = String::from_utf8_lossy(&out.stdout);
-    let id = text.trim().split(';').next().unwrap_or("").trim().to_string();
+    let id = text
+        .trim()
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string();
     if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit() || c == '_') {
         return Err(EngineError::Refused {
             program: "sbatch",

@@ -19,11 +19,15 @@ use heddle_cache::{error_chain, ActionEntry, Digest, OutputEntry, StatCache, Sto
 use serde_json::json;
 use tokio::sync::mpsc::unbounded_channel;
 
-use super::description::{self as d, ContainerDesc, Description, ExecEnd, GpusDesc, Outcome, EXIT_INFRA};
+use super::description::{
+    self as d, ContainerDesc, Description, ExecEnd, GpusDesc, Outcome, EXIT_INFRA,
+};
 use crate::exec::docker::DockerExecutor;
 use crate::exec::failure::classify;
 use crate::exec::host::HostExecutor;
-use crate::exec::{base_env, Cancel, ContainerRequest, ExecOutcome, ExecRequest, Executor, Transfer};
+use crate::exec::{
+    base_env, Cancel, ContainerRequest, ExecOutcome, ExecRequest, Executor, Transfer,
+};
 use crate::render::Command;
 use crate::shared_cache::SharedCache;
 
@@ -51,14 +55,32 @@ impl Worker {
     pub async fn run(&self, key: Digest, tag: &str, cancel: Cancel) -> i32 {
         let scratch = self.store.root().join("scratch");
         let _ = std::fs::create_dir_all(&scratch);
-        let dir = match tempfile::Builder::new().prefix("worker-").tempdir_in(&scratch) {
+        let dir = match tempfile::Builder::new()
+            .prefix("worker-")
+            .tempdir_in(&scratch)
+        {
             Ok(t) => t,
-            Err(e) => return self.report(key, tag, End::Infra(format!("failed to make a sandbox in {}: {e}", scratch.display())), None).await,
+            Err(e) => {
+                return self
+                    .report(
+                        key,
+                        tag,
+                        End::Infra(format!(
+                            "failed to make a sandbox in {}: {e}",
+                            scratch.display()
+                        )),
+                        None,
+                    )
+                    .await
+            }
         };
         let (end, sandbox) = self.attempt(key, dir.path(), cancel).await;
         let code = self.report(key, tag, end, sandbox.as_deref()).await;
         if let Err(e) = heddle_cache::scratch::remove_tree(dir.path()) {
-            (self.log)(&format!("heddle worker: could not remove {}: {e}", dir.path().display()));
+            (self.log)(&format!(
+                "heddle worker: could not remove {}: {e}",
+                dir.path().display()
+            ));
         }
         code
     }
@@ -84,7 +106,15 @@ impl Worker {
                 Ok(engine) => Box::new(DockerExecutor {
                     engines: BTreeMap::from([(None, engine)]),
                 }),
-                Err(e) => return (End::Infra(format!("cannot reach this node's Docker engine: {}", error_chain(&e))), Some(sb)),
+                Err(e) => {
+                    return (
+                        End::Infra(format!(
+                            "cannot reach this node's Docker engine: {}",
+                            error_chain(&e)
+                        )),
+                        Some(sb),
+                    )
+                }
             },
         };
         let req = request(&desc, &sb, &logs);
@@ -96,7 +126,12 @@ impl Worker {
         let _ = drain.await;
         let exec_outcome = match outcome {
             Ok(o) => o,
-            Err(e) => return (End::Infra(format!("failed to run the command: {e}")), Some(sb)),
+            Err(e) => {
+                return (
+                    End::Infra(format!("failed to run the command: {e}")),
+                    Some(sb),
+                )
+            }
         };
         if classify(&exec_outcome, &sb.join("work/.heddle-error.json"), &stderr).is_some() {
             return (
@@ -130,18 +165,34 @@ impl Worker {
         let dkey = d::description_key(&key);
         match self.shared.fetch(dkey).await {
             Ok(true) => {}
-            Ok(false) => return Err(format!("no description of action {key} in the shared cache {remote}")),
+            Ok(false) => {
+                return Err(format!(
+                    "no description of action {key} in the shared cache {remote}"
+                ))
+            }
             // A blob the entry names and the remote lacks is an evicted input.
-            Err(e) => return Err(format!("failed to fetch the action's description and inputs from {remote}: {}", e.message)),
+            Err(e) => {
+                return Err(format!(
+                    "failed to fetch the action's description and inputs from {remote}: {}",
+                    e.message
+                ))
+            }
         }
         let entry = self
             .store
             .lookup_action(&dkey)
             .map_err(|e| error_chain(&e))?
-            .ok_or_else(|| format!("the description of {key} is not servable from the local store"))?;
-        let file = entry.outputs.get(d::DESC_FILE).ok_or("the description has no action.json")?;
-        let bytes = std::fs::read(self.store.blob_path(&file.digest())).map_err(|e| e.to_string())?;
-        let desc: Description = serde_json::from_slice(&bytes).map_err(|e| format!("the description is not readable: {e}"))?;
+            .ok_or_else(|| {
+                format!("the description of {key} is not servable from the local store")
+            })?;
+        let file = entry
+            .outputs
+            .get(d::DESC_FILE)
+            .ok_or("the description has no action.json")?;
+        let bytes =
+            std::fs::read(self.store.blob_path(&file.digest())).map_err(|e| e.to_string())?;
+        let desc: Description = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("the description is not readable: {e}"))?;
         if desc.protocol != d::PROTOCOL {
             return Err(format!(
                 "the description speaks protocol {}, this worker {} (install the driver's heddle on the nodes)",
@@ -150,7 +201,10 @@ impl Worker {
             ));
         }
         if desc.key != key {
-            return Err(format!("the description under {dkey} is of action {}", desc.key));
+            return Err(format!(
+                "the description under {dkey} is of action {}",
+                desc.key
+            ));
         }
         if desc.reuse && desc.entry.is_some() {
             if let Ok(Some(_)) = self.shared.entry(key).await {
@@ -162,7 +216,12 @@ impl Worker {
 
     /// `in/` and `stage/` from the description's entry (inputs as read-only hard links to
     /// verified blobs, as `heddle run` lays them out), empty `out/<name>/` and `work/`.
-    fn lay_out(&self, desc: &Description, key: Digest, sb: &Path) -> Result<Option<OutputEntry>, String> {
+    fn lay_out(
+        &self,
+        desc: &Description,
+        key: Digest,
+        sb: &Path,
+    ) -> Result<Option<OutputEntry>, String> {
         let entry = self
             .store
             .lookup_action(&d::description_key(&key))
@@ -174,12 +233,16 @@ impl Worker {
         }
         let input = entry.outputs.get(d::DESC_IN).cloned();
         if let Some(e) = &input {
-            self.store.link_into(e, &sb.join("in")).map_err(|e| error_chain(&e))?;
+            self.store
+                .link_into(e, &sb.join("in"))
+                .map_err(|e| error_chain(&e))?;
         } else {
             std::fs::create_dir_all(sb.join("in")).map_err(|e| e.to_string())?;
         }
         if let Some(e) = entry.outputs.get(d::DESC_STAGE) {
-            self.store.materialize(e, &sb.join("stage")).map_err(|e| error_chain(&e))?;
+            self.store
+                .materialize(e, &sb.join("stage"))
+                .map_err(|e| error_chain(&e))?;
         }
         Ok(input)
     }
@@ -195,7 +258,13 @@ impl Worker {
         inputs: &Option<OutputEntry>,
         t0: Instant,
     ) -> Result<BTreeMap<String, OutputEntry>, Collect> {
-        let (store, sb2, dir2, files, ins) = (self.store.clone(), sb.to_path_buf(), dir.join("collected"), desc.outputs.clone(), inputs.clone());
+        let (store, sb2, dir2, files, ins) = (
+            self.store.clone(),
+            sb.to_path_buf(),
+            dir.join("collected"),
+            desc.outputs.clone(),
+            inputs.clone(),
+        );
         let stats = StatCache::load(&dir.join("stat-cache"));
         let outputs = tokio::task::spawn_blocking(move || {
             if let Some(e) = &ins {
@@ -220,9 +289,15 @@ impl Worker {
                 created_unix_ms: now_ms(),
                 meta: e.meta.clone(),
             };
-            self.store.record_action(&entry).map_err(|e| Collect::Infra(error_chain(&e)))?;
+            self.store
+                .record_action(&entry)
+                .map_err(|e| Collect::Infra(error_chain(&e)))?;
             self.shared.push(key).await.map_err(|e| {
-                Collect::Infra(format!("failed to upload the result to {}: {}", self.shared.describe(), e.message))
+                Collect::Infra(format!(
+                    "failed to upload the result to {}: {}",
+                    self.shared.describe(),
+                    e.message
+                ))
             })?;
         }
         Ok(outputs)
@@ -234,20 +309,42 @@ impl Worker {
         let node = std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| crate::hostname::hostname());
         let (outcome, code, outputs) = match end {
             End::AlreadyThere => {
-                (self.log)(&format!("heddle worker: action {key} is in the shared cache already"));
+                (self.log)(&format!(
+                    "heddle worker: action {key} is in the shared cache already"
+                ));
                 return 0;
             }
             End::Infra(why) => {
                 (self.log)(&format!("heddle worker: {why}"));
-                (Outcome { protocol: d::PROTOCOL, exec: None, infra: Some(why), collect_error: None, node }, EXIT_INFRA, BTreeMap::new())
+                (
+                    Outcome {
+                        protocol: d::PROTOCOL,
+                        exec: None,
+                        infra: Some(why),
+                        collect_error: None,
+                        node,
+                    },
+                    EXIT_INFRA,
+                    BTreeMap::new(),
+                )
             }
-            End::Ran { exec, collect_error, outputs } => {
+            End::Ran {
+                exec,
+                collect_error,
+                outputs,
+            } => {
                 let code = match &exec {
                     ExecOutcome::Exited(0) if collect_error.is_none() => 0,
                     ExecOutcome::Exited(c) if (1..=255).contains(c) => *c as i32,
                     _ => 1,
                 };
-                let o = Outcome { protocol: d::PROTOCOL, exec: Some(ExecEnd::from(&exec)), infra: None, collect_error, node };
+                let o = Outcome {
+                    protocol: d::PROTOCOL,
+                    exec: Some(ExecEnd::from(&exec)),
+                    infra: None,
+                    collect_error,
+                    node,
+                };
                 (o, code, outputs)
             }
         };
@@ -256,7 +353,10 @@ impl Worker {
         match stored {
             Ok(()) => {
                 if let Err(e) = self.shared.push(okey).await {
-                    (self.log)(&format!("heddle worker: failed to upload the outcome: {}", e.message));
+                    (self.log)(&format!(
+                        "heddle worker: failed to upload the outcome: {}",
+                        e.message
+                    ));
                     return EXIT_INFRA;
                 }
             }
@@ -268,15 +368,28 @@ impl Worker {
         code
     }
 
-    fn store_outcome(&self, okey: Digest, o: &Outcome, sb: Option<&Path>, outputs: BTreeMap<String, OutputEntry>) -> Result<(), String> {
+    fn store_outcome(
+        &self,
+        okey: Digest,
+        o: &Outcome,
+        sb: Option<&Path>,
+        outputs: BTreeMap<String, OutputEntry>,
+    ) -> Result<(), String> {
         let st = &self.store;
         let mut outs: BTreeMap<String, OutputEntry> = outputs
             .into_iter()
             .map(|(k, v)| (format!("{}{k}", d::OUTCOME_OUT_PREFIX), v))
             .collect();
         let tmp = tempfile::NamedTempFile::new_in(st.root()).map_err(|e| e.to_string())?;
-        std::fs::write(tmp.path(), serde_json::to_vec_pretty(o).expect("serialises")).map_err(|e| e.to_string())?;
-        outs.insert(d::OUTCOME_FILE.into(), st.put_output(tmp.path()).map_err(|e| error_chain(&e))?);
+        std::fs::write(
+            tmp.path(),
+            serde_json::to_vec_pretty(o).expect("serialises"),
+        )
+        .map_err(|e| e.to_string())?;
+        outs.insert(
+            d::OUTCOME_FILE.into(),
+            st.put_output(tmp.path()).map_err(|e| error_chain(&e))?,
+        );
         if let Some(sb) = sb {
             let logs = sb.parent().expect("sandbox in a folder").join("logs");
             for (name, path) in [
@@ -286,7 +399,10 @@ impl Worker {
                 (d::OUTCOME_FACTS, sb.join("work/.heddle-facts.json")),
             ] {
                 if path.is_file() {
-                    outs.insert(name.into(), st.put_output(&path).map_err(|e| error_chain(&e))?);
+                    outs.insert(
+                        name.into(),
+                        st.put_output(&path).map_err(|e| error_chain(&e))?,
+                    );
                 }
             }
         }
@@ -317,12 +433,22 @@ fn request(desc: &Description, sb: &Path, logs: &Path) -> ExecRequest {
         Command::Shell(s) => Command::Shell(place(s)),
         Command::Exec(v) => Command::Exec(v.iter().map(|a| place(a)).collect()),
     };
-    let mut env = if desc.host_env { base_env() } else { BTreeMap::new() };
+    let mut env = if desc.host_env {
+        base_env()
+    } else {
+        BTreeMap::new()
+    };
     env.extend(desc.env.iter().map(|(k, v)| (k.clone(), place(v))));
     let text = |p: PathBuf| p.to_string_lossy().into_owned();
     if desc.host_env {
-        env.insert("HEDDLE_ERROR_FILE".into(), text(sb.join("work/.heddle-error.json")));
-        env.insert("HEDDLE_FACTS_FILE".into(), text(sb.join("work/.heddle-facts.json")));
+        env.insert(
+            "HEDDLE_ERROR_FILE".into(),
+            text(sb.join("work/.heddle-error.json")),
+        );
+        env.insert(
+            "HEDDLE_FACTS_FILE".into(),
+            text(sb.join("work/.heddle-facts.json")),
+        );
     }
     let stage_dir = sb.join("stage");
     ExecRequest {
@@ -350,7 +476,9 @@ fn container_request(c: &ContainerDesc) -> ContainerRequest {
             // The GPUs SLURM gave the job (`--gres=gpu:N` sets CUDA_VISIBLE_DEVICES), else a
             // count for the engine to choose.
             GpusDesc::Count(n) => match std::env::var("CUDA_VISIBLE_DEVICES") {
-                Ok(ids) if !ids.is_empty() => GpuRequest::Ids(ids.split(',').map(str::to_string).collect()),
+                Ok(ids) if !ids.is_empty() => {
+                    GpuRequest::Ids(ids.split(',').map(str::to_string).collect())
+                }
                 _ => GpuRequest::Count(*n),
             },
             GpusDesc::Ids(v) => GpuRequest::Ids(v.clone()),

@@ -17,7 +17,11 @@ use super::Shared;
 pub(super) type Placed = Option<Arc<Mutex<Option<JobRecord>>>>;
 
 /// The instance's executor: the cluster's when the run has one, else the stage's own.
-pub(super) fn executor(sh: &Shared, id: usize, record: &InstanceRecord) -> (Arc<dyn Executor>, Placed) {
+pub(super) fn executor(
+    sh: &Shared,
+    id: usize,
+    record: &InstanceRecord,
+) -> (Arc<dyn Executor>, Placed) {
     let plan = &sh.ctx.plan;
     let stage = plan.stage_of(id);
     let (Some(driver), Some(key)) = (
