@@ -99,10 +99,7 @@ fn a_matrix_of_20_runs_through_slurm_byte_identical_to_a_local_run_and_reruns_as
     };
     s.p.file("sweep.toml", &fixture("sweep.toml"));
     let run = s.run("sweep.toml", &[]).ok();
-    assert_contains(
-        &run.stderr,
-        "cluster hpc (slurm): 22 jobs submitted, 0 adopted",
-    );
+    assert_contains(&run.stderr, "cluster hpc (slurm): 22 jobs submitted (");
     let rec = s.record();
     let score = instance(&rec, "score[i=7]");
     assert_eq!(score["job"]["engine"], "slurm");
@@ -124,7 +121,7 @@ fn a_matrix_of_20_runs_through_slurm_byte_identical_to_a_local_run_and_reruns_as
     let again = s.run("sweep.toml", &[]).ok();
     assert_contains(
         &again.stderr,
-        "cluster hpc (slurm): 0 jobs submitted, 0 adopted, 0 status queries",
+        "cluster hpc (slurm): 0 jobs submitted (0 arrays), 0 adopted, 0 status queries",
     );
     assert_contains(&again.stderr, "22 cached");
 }

@@ -124,10 +124,11 @@ impl Driver {
         use std::sync::atomic::Ordering::Relaxed;
         let c = &self.poller.counts;
         format!(
-            "cluster {} ({}): {} jobs submitted, {} adopted, {} status queries, {} cancel calls",
+            "cluster {} ({}): {} jobs submitted ({} arrays), {} adopted, {} status queries, {} cancel calls",
             self.cluster.name,
             self.cluster.kind.as_str(),
             c.submitted.load(Relaxed),
+            c.arrays.load(Relaxed),
             c.adopted.load(Relaxed),
             c.queries.load(Relaxed),
             c.cancels.load(Relaxed),
@@ -182,7 +183,6 @@ impl ClusterExecutor {
     ) -> Result<ExecOutcome, ExecError> {
         let drv = &self.driver;
         let desc = self.describe(&req);
-        let script = self.script();
         let mut submissions = 0u32;
         loop {
             submissions += 1;
@@ -192,7 +192,8 @@ impl ClusterExecutor {
                 comment: format!("run {} {}", drv.run_id, self.job.label),
                 resources: self.job.resources.clone(),
                 timeout: req.timeout,
-                script: script.clone(),
+                worker: drv.worker_prefix.clone(),
+                key: self.job.key.to_string(),
             };
             let job = tokio::select! {
                 j = drv.poller.submit(submission) => j.map_err(|e| ExecError::Other(format!(
@@ -244,18 +245,6 @@ impl ClusterExecutor {
             reuse: self.job.reuse,
             entry: self.job.entry.clone(),
         }
-    }
-
-    /// `#!/bin/sh` and the worker's command line; the tag names the job, so the worker and
-    /// the driver derive the same outcome key.
-    fn script(&self) -> String {
-        format!(
-            "#!/bin/sh\n# heddle: {}\nexec {} worker --action {} --tag \"slurm:{}:$SLURM_JOB_ID\"\n",
-            self.job.label.replace('\n', " "),
-            self.driver.worker_prefix,
-            self.job.key,
-            self.driver.cluster.name,
-        )
     }
 
     /// Store the description (with the laid-out inputs and the stage folder as its outputs)

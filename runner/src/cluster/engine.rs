@@ -14,8 +14,10 @@ pub struct Submission {
     /// Pool → units the stage asks for.
     pub resources: BTreeMap<String, u32>,
     pub timeout: Option<Duration>,
-    /// The job script.
-    pub script: String,
+    /// The worker's command line up to `worker` (binary, node cache, shared cache).
+    pub worker: String,
+    /// The action's key, hex.
+    pub key: String,
 }
 
 /// One row of the engine's job list.

@@ -45,6 +45,8 @@ struct Tracked {
 pub struct Counts {
     pub submitted: AtomicU64,
     pub adopted: AtomicU64,
+    /// Job arrays submitted (their tasks count in `submitted`).
+    pub arrays: AtomicU64,
     pub queries: AtomicU64,
     pub cancels: AtomicU64,
 }
@@ -144,15 +146,109 @@ impl Poller {
             }
         };
         self.update(&rows);
-        for (s, reply) in submits {
-            if reply.is_closed() {
-                continue; // the instance was interrupted before its job existed
-            }
+        // The instance was interrupted before its job existed.
+        let submits: Vec<_> = submits
+            .into_iter()
+            .filter(|(_, r)| !r.is_closed())
+            .collect();
+        let (singles, arrays) = self.shape_groups(submits, &rows);
+        for (s, reply) in singles {
             let job = self.submit_or_adopt(&s, &rows).await;
-            if let Err(Ok(job)) = reply.send(job) {
-                // Interrupted while sbatch ran: the job must not outlive the run.
-                self.cancel(&job.id);
+            self.reply(reply, job);
+        }
+        for group in arrays {
+            self.submit_array(group).await;
+        }
+    }
+
+    /// Hand a job to its instance; one nobody waits for any more is cancelled, so no job
+    /// outlives the run.
+    fn reply(&self, reply: Reply, job: Result<Job, EngineError>) {
+        if let Err(Ok(job)) = reply.send(job) {
+            self.cancel(&job.id);
+        }
+    }
+
+    /// Submissions of one shape (the same `sbatch` arguments but for the name) become one
+    /// job array when there are two or more and none has a live job to adopt; the rest are
+    /// submitted one by one. A matrix whose instances become ready together is one array.
+    #[allow(clippy::type_complexity)]
+    fn shape_groups(
+        &self,
+        submits: Vec<(Submission, Reply)>,
+        rows: &[JobRow],
+    ) -> (Vec<(Submission, Reply)>, Vec<Vec<(Submission, Reply)>>) {
+        let mut shapes: Vec<(Vec<String>, Vec<(Submission, Reply)>)> = Vec::new();
+        let mut singles = Vec::new();
+        for (s, r) in submits {
+            let live = rows
+                .iter()
+                .any(|row| row.name == s.name && row.state.is_live());
+            if live {
+                singles.push((s, r));
+                continue;
             }
+            let mut shape = slurm::sbatch_args(&self.cluster, &s);
+            shape.retain(|a| !a.starts_with("--job-name=") && !a.starts_with("--comment="));
+            match shapes.iter_mut().find(|(k, _)| *k == shape) {
+                Some((_, group)) => group.push((s, r)),
+                None => shapes.push((shape, vec![(s, r)])),
+            }
+        }
+        let mut arrays = Vec::new();
+        for (_, group) in shapes {
+            if group.len() >= 2 {
+                arrays.push(group);
+            } else {
+                singles.extend(group);
+            }
+        }
+        (singles, arrays)
+    }
+
+    /// One `sbatch --array` for `group`; task `i` is the `i`th submission, tracked as `ID_i`.
+    async fn submit_array(&self, group: Vec<(Submission, Reply)>) {
+        let subs: Vec<&Submission> = group.iter().map(|(s, _)| s).collect();
+        let keys: Vec<&str> = subs.iter().map(|s| s.key.as_str()).collect();
+        let name = format!(
+            "heddle-array-{}",
+            &heddle_cache::Digest::of_bytes(keys.join(",").as_bytes()).to_string()[..16]
+        );
+        let args = slurm::array_args(&self.cluster, subs[0], subs.len(), &name);
+        let script = slurm::array_script(&self.cluster, &subs);
+        match slurm::submit(&args, &script).await {
+            Err(e) => {
+                for (_, reply) in group {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+            Ok(id) => {
+                self.counts.arrays.fetch_add(1, Ordering::Relaxed);
+                self.counts
+                    .submitted
+                    .fetch_add(group.len() as u64, Ordering::Relaxed);
+                for (i, (_, reply)) in group.into_iter().enumerate() {
+                    let job = self.track(format!("{id}_{i}"), &name, false, JobState::Submitted);
+                    self.reply(reply, Ok(job));
+                }
+            }
+        }
+    }
+
+    fn track(&self, id: String, name: &str, adopted: bool, state: JobState) -> Job {
+        let (tx, rx) = watch::channel(state);
+        self.jobs.lock().expect("jobs").insert(
+            id.clone(),
+            Tracked {
+                name: name.to_string(),
+                state: tx,
+                fresh: true,
+            },
+        );
+        Job {
+            id,
+            adopted,
+            state: rx,
         }
     }
 
@@ -191,25 +287,12 @@ impl Poller {
             }
             None => {
                 let args = slurm::sbatch_args(&self.cluster, s);
-                let id = slurm::submit(&args, &s.script).await?;
+                let id = slurm::submit(&args, &slurm::script(&self.cluster, s)).await?;
                 self.counts.submitted.fetch_add(1, Ordering::Relaxed);
                 (id, false, JobState::Submitted)
             }
         };
-        let (tx, rx) = watch::channel(state);
-        self.jobs.lock().expect("jobs").insert(
-            id.clone(),
-            Tracked {
-                name: s.name.clone(),
-                state: tx,
-                fresh: true,
-            },
-        );
-        Ok(Job {
-            id,
-            adopted,
-            state: rx,
-        })
+        Ok(self.track(id, &s.name, adopted, state))
     }
 
     fn is_tracked(&self, id: &str) -> bool {

@@ -48,6 +48,52 @@ pub fn sbatch_args(cluster: &Cluster, s: &Submission) -> Vec<String> {
     a
 }
 
+/// The job script of one submission: `heddle worker` for its action, the job named in the tag
+/// so the worker and the driver derive the same outcome key.
+pub fn script(cluster: &Cluster, s: &Submission) -> String {
+    format!(
+        "#!/bin/sh\n# {}\nexec {} worker --action {} --tag \"slurm:{}:$SLURM_JOB_ID\"\n",
+        s.comment.replace('\n', " "),
+        s.worker,
+        s.key,
+        cluster.name
+    )
+}
+
+/// One array job for submissions of one shape (resources, timeout): task `i` runs the `i`th
+/// action. Its tasks are `ID_i` in `squeue -r`, and in the workers' tags.
+pub fn array_script(cluster: &Cluster, subs: &[&Submission]) -> String {
+    let mut text = String::from("#!/bin/sh\ncase \"$SLURM_ARRAY_TASK_ID\" in\n");
+    for (i, s) in subs.iter().enumerate() {
+        text.push_str(&format!(
+            "{i}) KEY={} ;; # {}\n",
+            s.key,
+            s.comment.replace('\n', " ")
+        ));
+    }
+    text.push_str(
+        "*) echo \"heddle: no action for task $SLURM_ARRAY_TASK_ID\" >&2; exit 75 ;;\nesac\n",
+    );
+    text.push_str(&format!(
+        "exec {} worker --action \"$KEY\" --tag \"slurm:{}:${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}\"\n",
+        subs[0].worker, cluster.name
+    ));
+    text
+}
+
+/// `sbatch` arguments for an array of `n` tasks shaped like `first`, named `name`.
+pub fn array_args(cluster: &Cluster, first: &Submission, n: usize, name: &str) -> Vec<String> {
+    let mut a = sbatch_args(cluster, first);
+    a[0] = format!("--job-name={name}");
+    a[3] = format!("--comment=heddle array of {n}");
+    let cap = cluster
+        .array_limit
+        .map(|c| format!("%{c}"))
+        .unwrap_or_default();
+    a.insert(1, format!("--array=0-{}{cap}", n - 1));
+    a
+}
+
 /// `--time` in whole minutes: the stage's timeout (the worker enforces it, and says so in the
 /// record) plus five minutes for fetching inputs and uploading outputs, so SLURM's kill is the
 /// backstop, never the first word.
@@ -144,6 +190,8 @@ pub async fn submit(args: &[String], script: &str) -> Result<String, EngineError
 pub async fn query(names: &[String]) -> Result<Vec<JobRow>, EngineError> {
     let out = Command::new("squeue")
         .arg("--noheader")
+        // One row per array task, pending ones included.
+        .arg("--array")
         .arg("--states=all")
         .arg(format!("--format={FORMAT}"))
         .arg(format!("--name={}", names.join(",")))
@@ -191,6 +239,7 @@ mod tests {
             retries: 1,
             heddle: None,
             worker_cache: None,
+            array_limit: Some(4),
             defined_at: "hosts.toml:1:1".into(),
         }
     }
@@ -202,7 +251,8 @@ mod tests {
             comment: "run r1 probe[x=1]".into(),
             resources: BTreeMap::from([("gpu".into(), 1), ("hailo".into(), 1), ("cpu".into(), 4)]),
             timeout: Some(Duration::from_secs(90)),
-            script: String::new(),
+            worker: "heddle --remote-cache file:///c".into(),
+            key: "ab".repeat(32),
         };
         assert_eq!(
             sbatch_args(&cluster(), &s),
@@ -216,6 +266,21 @@ mod tests {
                 "--time=7",
                 "--qos=low",
             ]
+        );
+        let array = array_args(&cluster(), &s, 20, "heddle-array-x");
+        assert_eq!(array[0], "--job-name=heddle-array-x");
+        assert_eq!(array[1], "--array=0-19%4");
+        assert_eq!(array[4], "--comment=heddle array of 20");
+        assert_eq!(
+            array_script(&cluster(), &[&s, &s]),
+            format!(
+                "#!/bin/sh\ncase \"$SLURM_ARRAY_TASK_ID\" in\n\
+                 0) KEY={k} ;; # run r1 probe[x=1]\n1) KEY={k} ;; # run r1 probe[x=1]\n\
+                 *) echo \"heddle: no action for task $SLURM_ARRAY_TASK_ID\" >&2; exit 75 ;;\nesac\n\
+                 exec heddle --remote-cache file:///c worker --action \"$KEY\" \
+                 --tag \"slurm:hpc:${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}\"\n",
+                k = "ab".repeat(32)
+            )
         );
     }
 

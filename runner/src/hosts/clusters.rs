@@ -36,6 +36,8 @@ pub struct Cluster {
     pub heddle: Option<String>,
     /// The worker's own cache on the node (default `/tmp/heddle-worker-$(id -u)`).
     pub worker_cache: Option<String>,
+    /// At most this many tasks of one job array run at once (`--array=0-N%LIMIT`).
+    pub array_limit: Option<u32>,
     /// `file:line:col` of the `[clusters.NAME]` key.
     pub defined_at: String,
 }
@@ -67,6 +69,7 @@ pub(super) struct RawCluster {
     retries: Option<u32>,
     heddle: Option<String>,
     worker_cache: Option<String>,
+    array_limit: Option<u32>,
 }
 
 /// Check one `[clusters.NAME]` table.
@@ -145,6 +148,7 @@ pub(super) fn check_cluster(
                 retries: raw.retries.unwrap_or(1),
                 heddle: raw.heddle,
                 worker_cache: raw.worker_cache,
+                array_limit: raw.array_limit.filter(|l| *l > 0),
                 defined_at: format!("{}:{line}:{col}", src.path.display()),
             })
         }
