@@ -374,3 +374,52 @@ fn a_cluster_run_without_a_shared_cache_is_refused_with_how_to_set_one() {
         "error: --cluster gpu: no [clusters.gpu] in hosts.toml (clusters: hpc)\n"
     );
 }
+
+#[test]
+fn a_job_pending_past_the_limit_is_reported_with_slurm_s_reason() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(s) = setup(
+        "a long pending job",
+        "gpu:2,hailo:1",
+        "sbatch_args = [\"--hold\"]\npending_limit = \"1s\"\n",
+    ) else {
+        return;
+    };
+    s.p.file("fail.toml", &fixture("fail.toml"));
+    let err_file = s.p.path("run.err");
+    let mut child = s
+        .cmd(&[
+            "run",
+            "fail.toml",
+            "--progress",
+            "plain",
+            "--cluster",
+            "hpc",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err_file).unwrap())
+        .spawn()
+        .unwrap();
+    let said = || std::fs::read_to_string(&err_file).unwrap_or_default();
+    wait_for("the pending report", Duration::from_secs(60), || {
+        said().contains("pending for")
+    });
+    let held = s.slurm.jobs();
+    assert_eq!(held.len(), 1, "{held:?}");
+    let line = said()
+        .lines()
+        .find(|l| l.contains("pending for"))
+        .unwrap()
+        .to_string();
+    assert!(
+        line.starts_with(&format!(
+            "calibrate: job {} on cluster hpc pending for ",
+            held[0][0]
+        )) && line.ends_with(" s: JobHeldUser"),
+        "{line}"
+    );
+    signal(child.id(), SIGINT);
+    let status = wait_ended(&mut child, Duration::from_secs(60), "heddle after Ctrl-C");
+    assert_eq!(status.code(), Some(130));
+    assert_eq!(s.slurm.jobs()[0][2], "CANCELLED");
+}

@@ -59,7 +59,7 @@ pub fn driver(
         store,
         &url,
         run_id,
-        Box::new(|m| eprintln!("warning: {m}")),
+        Arc::new(|m| eprintln!("{m}")),
     )))
 }
 

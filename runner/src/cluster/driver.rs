@@ -44,6 +44,8 @@ pub struct Driver {
     run_id: String,
     /// Stage folders already stored, by path.
     stage_dirs: Mutex<HashMap<PathBuf, OutputEntry>>,
+    /// What the user reads whatever the progress display (a resubmission, a long wait).
+    tell: Arc<dyn Fn(String) + Send + Sync>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -76,7 +78,7 @@ impl Driver {
         store: Arc<Store>,
         remote_url: &str,
         run_id: &str,
-        warn: Box<dyn Fn(String) + Send + Sync>,
+        warn: Arc<dyn Fn(String) + Send + Sync>,
     ) -> Driver {
         let heddle = cluster.heddle.clone().unwrap_or_else(|| {
             std::env::current_exe()
@@ -93,7 +95,8 @@ impl Driver {
             shell_words::quote(remote_url)
         );
         Driver {
-            poller: Poller::new(cluster.clone(), warn),
+            poller: Poller::new(cluster.clone(), warn.clone()),
+            tell: warn,
             cluster,
             shared,
             store,
@@ -216,7 +219,9 @@ impl ClusterExecutor {
                     drv.cluster.name
                 )));
             }
-            let _ = lines.send(format!("heddle: {why}; submitting again"));
+            let msg = format!("{}: {why}; submitting again", self.job.label);
+            (drv.tell)(msg.clone());
+            let _ = lines.send(msg);
         }
     }
 
@@ -302,11 +307,14 @@ impl ClusterExecutor {
                 JobState::Running { node: Some(node) } => self.set_node(node),
                 JobState::Pending { reason } if !told && since.elapsed() >= limit => {
                     told = true;
-                    let _ = lines.send(format!(
-                        "heddle: job {id} on cluster {} pending for {} s: {reason}",
+                    let msg = format!(
+                        "{}: job {id} on cluster {} pending for {} s: {reason}",
+                        self.job.label,
                         self.driver.cluster.name,
                         since.elapsed().as_secs()
-                    ));
+                    );
+                    (self.driver.tell)(msg.clone());
+                    let _ = lines.send(msg);
                 }
                 _ => {}
             }

@@ -12,6 +12,7 @@
 pub mod description;
 pub mod driver;
 pub mod engine;
+pub mod kubernetes;
 pub mod poll;
 pub mod slurm;
 pub mod worker;

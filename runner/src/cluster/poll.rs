@@ -57,11 +57,11 @@ pub struct Poller {
     jobs: Mutex<HashMap<String, Tracked>>,
     started: Mutex<bool>,
     pub counts: Counts,
-    warn: Box<dyn Fn(String) + Send + Sync>,
+    warn: Arc<dyn Fn(String) + Send + Sync>,
 }
 
 impl Poller {
-    pub fn new(cluster: Cluster, warn: Box<dyn Fn(String) + Send + Sync>) -> Arc<Poller> {
+    pub fn new(cluster: Cluster, warn: Arc<dyn Fn(String) + Send + Sync>) -> Arc<Poller> {
         Arc::new(Poller {
             cluster,
             pending: Mutex::default(),
@@ -120,7 +120,7 @@ impl Poller {
         if !cancels.is_empty() {
             self.counts.cancels.fetch_add(1, Ordering::Relaxed);
             if let Err(e) = slurm::cancel(&cancels).await {
-                (self.warn)(format!("cluster {}: {e}", self.cluster.name));
+                (self.warn)(format!("warning: cluster {}: {e}", self.cluster.name));
             }
         }
         let names: Vec<String> = {
@@ -140,7 +140,7 @@ impl Poller {
             Err(e) => {
                 // A controller that does not answer this tick may answer the next: the jobs
                 // keep their last state, and submissions wait.
-                (self.warn)(format!("cluster {}: {e}", self.cluster.name));
+                (self.warn)(format!("warning: cluster {}: {e}", self.cluster.name));
                 self.pending.lock().expect("p").submits.extend(submits);
                 return;
             }
