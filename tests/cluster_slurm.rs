@@ -423,3 +423,69 @@ fn a_job_pending_past_the_limit_is_reported_with_slurm_s_reason() {
     assert_eq!(status.code(), Some(130));
     assert_eq!(s.slurm.jobs()[0][2], "CANCELLED");
 }
+
+#[test]
+fn container_stages_run_on_the_node_s_engine_and_ctrl_c_leaves_no_container() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !support::docker::image_ready(
+        &support::docker::current_test(),
+        "heddle-test/busybox:latest",
+        "tests/images/build-busybox.sh",
+    ) {
+        return;
+    }
+    let Some(s) = setup("container stages through SLURM", "gpu:2,hailo:1", "") else {
+        return;
+    };
+    s.p.file("boxed.toml", &fixture("boxed.toml"));
+    s.run("boxed.toml", &[]).ok();
+    assert_eq!(s.p.read("out/boxed/use/r.txt"), "in a boxin a box");
+    let rec = s.record();
+    assert_eq!(instance(&rec, "use")["job"]["engine"], "slurm");
+    assert!(instance(&rec, "use")["image"]["id"]
+        .as_str()
+        .is_some_and(|i| i.starts_with("sha256:")));
+
+    s.p.file("boxed-wait.toml", &fixture("boxed-wait.toml"));
+    let mut child = s
+        .cmd(&[
+            "run",
+            "boxed-wait.toml",
+            "--progress",
+            "plain",
+            "--cluster",
+            "hpc",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // By instance label: other suites may run busybox containers on this engine meanwhile.
+    let sleepers = |state: &str| {
+        ["wait[i=1]", "wait[i=2]"]
+            .iter()
+            .map(|l| {
+                support::docker::cli(&[
+                    "ps",
+                    "-aq",
+                    "--filter",
+                    &format!("status={state}"),
+                    "--filter",
+                    &format!("label=heddle.instance={l}"),
+                ])
+                .lines()
+                .count()
+            })
+            .sum::<usize>()
+    };
+    wait_for("both sleepers' containers", Duration::from_secs(90), || {
+        sleepers("running") == 2
+    });
+    signal(child.id(), SIGINT);
+    let status = wait_ended(&mut child, Duration::from_secs(90), "heddle after Ctrl-C");
+    assert_eq!(status.code(), Some(130));
+    assert_eq!(
+        sleepers("running") + sleepers("exited") + sleepers("created"),
+        0
+    );
+}
