@@ -478,8 +478,49 @@ fn container_stages_run_on_the_node_s_engine_and_ctrl_c_leaves_no_container() {
             })
             .sum::<usize>()
     };
+    let running_ids = || {
+        let mut ids: Vec<String> = ["wait[i=1]", "wait[i=2]"]
+            .iter()
+            .flat_map(|l| {
+                support::docker::cli(&[
+                    "ps",
+                    "-q",
+                    "--filter",
+                    &format!("label=heddle.instance={l}"),
+                ])
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+            })
+            .collect();
+        ids.sort();
+        ids
+    };
     wait_for("both sleepers' containers", Duration::from_secs(90), || {
-        sleepers("running") == 2
+        running_ids().len() == 2
+    });
+    // SIGKILL to every process of the jobs: the workers die without stopping their
+    // containers, which only the cluster's epilog removes; heddle resubmits the lost jobs.
+    let first = running_ids();
+    let jobs: Vec<String> = s
+        .slurm
+        .jobs()
+        .into_iter()
+        .filter(|j| j[2] == "RUNNING")
+        .map(|j| j[0].clone())
+        .collect();
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    let killed = s
+        .slurm
+        .cmd("scancel")
+        .args(["--signal=KILL", "--full"])
+        .args(&jobs)
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    wait_for("the resubmitted sleepers", Duration::from_secs(90), || {
+        let now = running_ids();
+        now.len() == 2 && now.iter().all(|id| !first.contains(id))
     });
     signal(child.id(), SIGINT);
     let status = wait_ended(&mut child, Duration::from_secs(90), "heddle after Ctrl-C");

@@ -51,12 +51,12 @@ write_config() {
     fi
   done
   # After every job, cancelled ones too: a container a job started is not in its process
-  # tree, so SLURM's SIGKILL never reaches it. heddle's worker labels its containers with the
-  # job id.
+  # tree, so SLURM's SIGKILL never reaches it. heddle's worker labels its containers
+  # heddle.placed-on=slurm-job-ID.
   cat > "$DIR/etc/epilog.sh" <<'EOF'
 #!/bin/sh
 command -v docker >/dev/null || exit 0
-ids=$(docker ps -aq --filter "label=heddle.job=slurm:$SLURM_JOB_ID" 2>/dev/null)
+ids=$(docker ps -aq --filter "label=heddle.placed-on=slurm-job-$SLURM_JOB_ID" 2>/dev/null)
 [ -z "$ids" ] || docker rm -f $ids >/dev/null 2>&1
 exit 0
 EOF

@@ -496,7 +496,12 @@ fn container_request(c: &ContainerDesc) -> ContainerRequest {
         workdir: c.workdir.clone(),
         docker_host: None,
         transfer: Transfer::Auto,
-        placed_on: None,
+        // `heddle.placed-on=slurm-job-ID`: a site's epilog removes what a job killed outright
+        // (SIGKILL reaches the worker, never its container) left behind; tests/support/slurm.sh
+        // has one.
+        placed_on: std::env::var("SLURM_JOB_ID")
+            .ok()
+            .map(|id| format!("slurm-job-{id}")),
         holds: Vec::new(),
     }
 }
