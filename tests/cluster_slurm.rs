@@ -368,6 +368,29 @@ fn a_cluster_run_without_a_shared_cache_is_refused_with_how_to_set_one() {
          set HEDDLE_REMOTE_CACHE (or --remote-cache, or [cache] remote in .heddle/config.toml) to \
          s3://BUCKET/PREFIX, webdav+https://HOST/PATH, grpc://HOST:PORT or file:///SHARED/DIR\n"
     );
+    let remote = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", remote.path().display());
+    let run: Run = p
+        .cmd(&[
+            "run",
+            "fail.toml",
+            "--cluster",
+            "hpc",
+            "--remote-cache",
+            &url,
+            "--remote-cache-mode",
+            "read",
+        ])
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(
+        run.code(2).stderr,
+        format!(
+            "error: --cluster hpc: the shared cache {url} is read-only (--remote-cache-mode read); \
+             the driver must upload each action's inputs\n"
+        )
+    );
     let run = p.run("fail.toml", &["--cluster", "gpu"]).code(2);
     assert_eq!(
         run.stderr,

@@ -53,6 +53,19 @@ pub fn driver(
     let Some(shared) = s.open_remote(root, store.clone())? else {
         return Err(no_cache());
     };
+    // The driver speaks to SLURM through its client commands; without them every instance
+    // would fail one by one.
+    let client = std::process::Command::new("sbatch")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !client {
+        return Err(Error::Usage(format!(
+            "--cluster {name}: `sbatch` does not run here; heddle submits through SLURM's client \
+             commands (sbatch, squeue, scancel), so run it where they are (a login node) or \
+             install them (Debian: slurm-client)"
+        )));
+    }
     Ok(Arc::new(Driver::new(
         cluster,
         shared,

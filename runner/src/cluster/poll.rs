@@ -56,6 +56,8 @@ pub struct Poller {
     pending: Mutex<Pending>,
     jobs: Mutex<HashMap<String, Tracked>>,
     started: Mutex<bool>,
+    /// The last status query failed.
+    failing: std::sync::atomic::AtomicBool,
     pub counts: Counts,
     warn: Arc<dyn Fn(String) + Send + Sync>,
 }
@@ -67,6 +69,7 @@ impl Poller {
             pending: Mutex::default(),
             jobs: Mutex::default(),
             started: Mutex::new(false),
+            failing: Default::default(),
             counts: Counts::default(),
             warn,
         })
@@ -136,11 +139,21 @@ impl Poller {
         }
         self.counts.queries.fetch_add(1, Ordering::Relaxed);
         let rows = match slurm::query(&names).await {
-            Ok(rows) => rows,
+            Ok(rows) => {
+                if self.failing.swap(false, Ordering::Relaxed) {
+                    (self.warn)(format!("cluster {}: answering again", self.cluster.name));
+                }
+                rows
+            }
             Err(e) => {
                 // A controller that does not answer this tick may answer the next: the jobs
-                // keep their last state, and submissions wait.
-                (self.warn)(format!("warning: cluster {}: {e}", self.cluster.name));
+                // keep their last state, and submissions wait. Said once per outage.
+                if !self.failing.swap(true, Ordering::Relaxed) {
+                    (self.warn)(format!(
+                        "warning: cluster {}: {e} (the run waits for it; Ctrl-C to stop)",
+                        self.cluster.name
+                    ));
+                }
                 self.pending.lock().expect("p").submits.extend(submits);
                 return;
             }
