@@ -312,3 +312,67 @@ impl Poller {
         self.jobs.lock().expect("jobs").contains_key(id)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::time::Duration;
+
+    fn poller() -> Arc<Poller> {
+        let cluster = Cluster {
+            name: "hpc".into(),
+            kind: crate::hosts::ClusterKind::Slurm,
+            partition: None,
+            account: None,
+            sbatch_args: Vec::new(),
+            gres: BTreeSet::from(["hailo".into()]),
+            poll_interval: Duration::from_secs(1),
+            pending_limit: Duration::from_secs(600),
+            retries: 1,
+            heddle: None,
+            worker_cache: None,
+            array_limit: None,
+            defined_at: "hosts.toml:1:1".into(),
+        };
+        Poller::new(cluster, Arc::new(|_| {}))
+    }
+
+    fn sub(name: &str, hailo: u32) -> (Submission, Reply) {
+        let s = Submission {
+            name: name.into(),
+            comment: format!("run r {name}"),
+            resources: BTreeMap::from([("hailo".into(), hailo)]),
+            timeout: None,
+            worker: "heddle".into(),
+            key: name.into(),
+        };
+        (s, oneshot::channel().0)
+    }
+
+    #[test]
+    fn same_shaped_submissions_become_one_array_and_a_live_name_stays_single() {
+        let p = poller();
+        let rows = vec![JobRow {
+            id: "7".into(),
+            name: "heddle-d".into(),
+            state: JobState::Pending {
+                reason: "Priority".into(),
+            },
+        }];
+        let (singles, arrays) = p.shape_groups(
+            vec![
+                sub("heddle-a", 1),
+                sub("heddle-b", 1),
+                sub("heddle-c", 2),
+                sub("heddle-d", 1),
+            ],
+            &rows,
+        );
+        let names =
+            |v: &[(Submission, Reply)]| v.iter().map(|(s, _)| s.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&singles), vec!["heddle-d", "heddle-c"]);
+        assert_eq!(arrays.len(), 1);
+        assert_eq!(names(&arrays[0]), vec!["heddle-a", "heddle-b"]);
+    }
+}
