@@ -42,6 +42,8 @@ pub struct Cli {
 enum Cmd {
     /// Run a pipeline: every instance whose inputs changed, the rest from the cache.
     Run(commands::run::RunArgs),
+    /// Run one action a cluster job was given (what `heddle run --cluster` submits).
+    Worker(commands::cluster::WorkerArgs),
     /// The stage definitions `uses` can name: the project's `stages/`, then heddle's library.
     Stages {
         #[command(subcommand)]
@@ -138,6 +140,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
     let s = &session;
     match &cli.cmd {
         Cmd::Run(a) => commands::run::run(s, a).await,
+        Cmd::Worker(a) => commands::cluster::worker(s, a).await,
         Cmd::Stages { cmd } => stages::stages(s, cmd),
         Cmd::Init(a) => stages::init(a),
         Cmd::Plan(a) => commands::plan::plan(s, a).await,

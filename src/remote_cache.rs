@@ -105,6 +105,18 @@ fn mode_word(m: RemoteMode) -> &'static str {
     }
 }
 
+/// The remote this command uses, as an address another heddle's `--remote-cache` takes (a
+/// cluster job's worker), and whether it may be written. `Ok(None)`: none configured. The same
+/// trust rule as every other command: an untrusted project's file cannot choose it.
+pub fn address(
+    project_root: &Path,
+    flags: &RemoteFlags,
+) -> Result<Option<(String, bool)>, RemoteSetupError> {
+    let env = |k: &str| std::env::var(k).ok();
+    let settings = resolve(project_root, flags, &env)?;
+    Ok(settings.map(|s| (s.url.to_string(), s.mode.can_write())))
+}
+
 struct RemoteBridge {
     cache: RemoteCache,
     /// The same backend, for reading an entry alone (`heddle plan`).

@@ -62,6 +62,11 @@ impl Session {
         )?)
     }
 
+    /// The shared cache's address and writability for `project_root`, if one is configured.
+    pub fn remote_address(&self, project_root: &Path) -> Result<Option<(String, bool)>, Error> {
+        Ok(crate::remote_cache::address(project_root, &self.remote)?)
+    }
+
     /// Where `uses` finds heddle's own stage library, extracted from the binary.
     pub fn stage_lib(&self) -> PathBuf {
         self.cache_dir.join("stage-lib")

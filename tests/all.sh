@@ -62,6 +62,21 @@ command -v wine >/dev/null && command -v x86_64-w64-mingw32-gcc >/dev/null && ex
 # As root the full-disk tests mount their own tmpfs; a failure to do so is then a failure.
 [[ $(id -u) -eq 0 ]] && export HEDDLE_REQUIRE_ROOT=1
 
+# A real single-node SLURM for tests/cluster_slurm.rs (root only: its daemons run as root in a
+# temp folder, tests/support/slurm.sh). Required from here on once it starts.
+if [[ $(id -u) -eq 0 ]]; then
+  command -v slurmctld >/dev/null && command -v munged >/dev/null \
+    || apt_install "SLURM (cluster tests)" slurmctld slurmd slurm-client munge || true
+  slurm_probe="$(mktemp -d)"
+  if bash tests/support/slurm.sh start "$slurm_probe" 16890 >/dev/null 2>&1; then
+    export HEDDLE_REQUIRE_SLURM=1
+  else
+    echo "warning: SLURM does not start here; the cluster tests will say they skipped" >&2
+  fi
+  bash tests/support/slurm.sh stop "$slurm_probe" >/dev/null 2>&1 || true
+  rm -rf "$slurm_probe"
+fi
+
 # S3 (moto) and WebDAV (nginx) servers the remote cache tests start on 127.0.0.1.
 bash remote/tests/servers.sh && export HEDDLE_REQUIRE_REMOTE_SERVERS=1
 

@@ -8,6 +8,7 @@
 //! Data flows one way: [`model::load`] → [`plan::build`] → [`prepare::prepare`] →
 //! [`sched::run`] → [`record::RunRecord`].
 
+pub mod cluster;
 pub mod cmd_exe;
 pub mod diag;
 pub mod engine_units;

@@ -17,6 +17,8 @@ pub struct RunOptions {
     pub run_id: String,
     /// The shared cache: asked on a local miss, given every action stored (readwrite mode).
     pub remote: Option<std::sync::Arc<crate::shared_cache::RemoteGate>>,
+    /// `--cluster NAME`: misses run as jobs on that cluster.
+    pub cluster: Option<std::sync::Arc<crate::cluster::Driver>>,
 }
 
 impl RunOptions {

@@ -236,6 +236,22 @@ pub struct InstanceRecord {
     /// heddle runs or on its stage's own `docker_host`, and in records older than hosts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The batch job that ran it (`heddle run --cluster`); absent for an instance that ran
+    /// here or on a configured host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<JobRecord>,
+}
+
+/// Where a batch scheduler ran an instance: the engine, the cluster's name in `hosts.toml`,
+/// the last job's id and node, and how many jobs were submitted for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub engine: String,
+    pub cluster: String,
+    pub job_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    pub submissions: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -118,6 +118,7 @@ pub fn rerun_options(no_cache: bool) -> RunOptions {
         no_cache,
         run_id: record::new_run_id(),
         remote: None,
+        cluster: None,
     }
 }
 

@@ -50,6 +50,10 @@ pub struct RunArgs {
     no_cache: bool,
     #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
     progress: ProgressMode,
+    /// Run every miss as a job on this cluster (`[clusters.NAME]` in hosts.toml); needs a
+    /// shared cache.
+    #[arg(long, value_name = "NAME")]
+    cluster: Option<String>,
 }
 
 pub async fn run(s: &Session, a: &RunArgs) -> Result<i32, Error> {
@@ -69,15 +73,30 @@ pub async fn run(s: &Session, a: &RunArgs) -> Result<i32, Error> {
     let remote = s
         .open_remote(&plan.pipeline.root, store.clone())?
         .map(crate::remote_cache::gate);
+    let run_id = record::new_run_id();
+    let cluster = match &a.cluster {
+        Some(name) => Some(super::cluster::driver(
+            s,
+            &plan,
+            name,
+            store.clone(),
+            &run_id,
+        )?),
+        None => None,
+    };
     let opts = RunOptions {
         jobs: a.jobs.max(1),
         keep_going: a.keep_going,
         force: a.force.iter().cloned().collect(),
         no_cache: a.no_cache,
-        run_id: record::new_run_id(),
+        run_id,
         remote: remote.clone(),
+        cluster: cluster.clone(),
     };
     let rec = session::execute(plan.clone(), store, None, opts, a.progress).await?;
+    if let Some(c) = &cluster {
+        eprintln!("{}", c.summary());
+    }
     let saved = record::save(&plan.pipeline.root, &rec);
     print_summary(&plan, &rec);
     if let Some(g) = &remote {

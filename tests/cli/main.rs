@@ -15,5 +15,5 @@ mod pipelines;
 mod quoting;
 mod records;
 mod secrets;
-mod trust;
 mod select;
+mod trust;

@@ -7,6 +7,7 @@
 //!   `HEDDLE_REQUIRE_DOCKER=1`;
 //! - [`expect`]: substring checks that show the whole text when they fail;
 //! - [`snapshot`]: user-facing text with its temp paths normalised, for exact-output tests;
+//! - [`slurm`]: a real single-node SLURM in a temp folder (root only);
 //! - [`require`]: skip a test without its tool, or fail it when the suite requires the tool;
 //! - [`tmpfs`]: a full or read-only disk (root only).
 #![allow(dead_code, unused_imports)]
@@ -17,6 +18,7 @@ pub mod process;
 pub mod project;
 pub mod records;
 pub mod require;
+pub mod slurm;
 pub mod snapshot;
 #[cfg(target_os = "linux")]
 pub mod tmpfs;

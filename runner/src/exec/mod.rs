@@ -47,6 +47,9 @@ pub struct ExecRequest {
     pub stderr_log: PathBuf,
     /// The values of the stage's `secret_env` variables: written as `***` in its logs.
     pub mask: heddle_containers::Mask,
+    /// The names of those variables: an executor that stores the request elsewhere (a cluster
+    /// job's description) leaves their values out.
+    pub secret_env: Vec<String>,
     /// Set for container stages; the Docker executor requires it.
     pub container: Option<ContainerRequest>,
 }

@@ -9,6 +9,7 @@ use heddle_containers::TlsFiles;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::clusters::{check_cluster, Cluster, RawCluster};
 use super::{Host, Hosts};
 use crate::diag::{did_you_mean, Diagnostic, Diagnostics, Source};
 use crate::model::Transfer;
@@ -22,6 +23,8 @@ const DOCS: &str = "docs/scale-out.md";
 struct RawFile {
     #[serde(default)]
     hosts: BTreeMap<Spanned<String>, Spanned<RawHost>>,
+    #[serde(default)]
+    clusters: BTreeMap<Spanned<String>, Spanned<RawCluster>>,
 }
 
 #[derive(Deserialize)]
@@ -64,6 +67,7 @@ pub fn config_files(project_root: &Path, env: &dyn Fn(&str) -> Option<String>) -
 /// at once.
 pub fn load(files: &[PathBuf]) -> Result<Hosts, Diagnostics> {
     let mut hosts = BTreeMap::new();
+    let mut clusters = BTreeMap::new();
     let mut errors = Vec::new();
     for path in files {
         let text = match std::fs::read_to_string(path) {
@@ -86,21 +90,25 @@ pub fn load(files: &[PathBuf]) -> Result<Hosts, Diagnostics> {
         };
         let src = Source::new(path, text);
         match parse_file(&src) {
-            Ok(found) => hosts.extend(found.into_iter().map(|h| (h.name.clone(), h))),
+            Ok((found, found_clusters)) => {
+                hosts.extend(found.into_iter().map(|h| (h.name.clone(), h)));
+                clusters.extend(found_clusters.into_iter().map(|c| (c.name.clone(), c)));
+            }
             Err(mut d) => errors.append(&mut d),
         }
     }
     if errors.is_empty() {
-        Ok(Hosts { hosts })
+        Ok(Hosts { hosts, clusters })
     } else {
         Err(Diagnostics(errors))
     }
 }
 
-/// One file's hosts, or every diagnostic it raised.
-fn parse_file(src: &Source) -> Result<Vec<Host>, Vec<Diagnostic>> {
+/// One file's hosts and clusters, or every diagnostic it raised.
+fn parse_file(src: &Source) -> Result<(Vec<Host>, Vec<Cluster>), Vec<Diagnostic>> {
     let raw: RawFile = toml::from_str(&src.text).map_err(|e| vec![toml_error(src, e)])?;
     let mut hosts = Vec::new();
+    let mut clusters = Vec::new();
     let mut errors = Vec::new();
     for (name, raw) in raw.hosts {
         match check_host(src, &name, raw.into_inner()) {
@@ -108,8 +116,14 @@ fn parse_file(src: &Source) -> Result<Vec<Host>, Vec<Diagnostic>> {
             Err(mut d) => errors.append(&mut d),
         }
     }
+    for (name, raw) in raw.clusters {
+        match check_cluster(src, &name, raw.into_inner()) {
+            Ok(c) => clusters.push(c),
+            Err(mut d) => errors.append(&mut d),
+        }
+    }
     if errors.is_empty() {
-        Ok(hosts)
+        Ok((hosts, clusters))
     } else {
         Err(errors)
     }
@@ -314,7 +328,46 @@ mod tests {
 
     fn parse(text: &str) -> Result<Vec<Host>, String> {
         let src = Source::new("hosts.toml", text);
-        parse_file(&src).map_err(|d| Diagnostics(d).to_string())
+        parse_file(&src)
+            .map(|(h, _)| h)
+            .map_err(|d| Diagnostics(d).to_string())
+    }
+
+    fn parse_clusters(text: &str) -> Result<Vec<Cluster>, String> {
+        let src = Source::new("hosts.toml", text);
+        parse_file(&src)
+            .map(|(_, c)| c)
+            .map_err(|d| Diagnostics(d).to_string())
+    }
+
+    #[test]
+    fn a_slurm_cluster_with_its_settings() {
+        let c = parse_clusters(
+            "[clusters.hpc]\nkind = \"slurm\"\npartition = \"gpu\"\naccount = \"ml\"\n\
+             sbatch_args = [\"--qos=low\"]\ngres = [\"gpu\", \"hailo\"]\npoll_interval = \"250ms\"\n",
+        )
+        .unwrap();
+        let c = &c[0];
+        assert_eq!(c.name, "hpc");
+        assert_eq!(c.kind, super::super::ClusterKind::Slurm);
+        assert_eq!(c.partition.as_deref(), Some("gpu"));
+        assert_eq!(c.account.as_deref(), Some("ml"));
+        assert_eq!(c.sbatch_args, vec!["--qos=low".to_string()]);
+        assert_eq!(c.gres, BTreeSet::from(["gpu".into(), "hailo".into()]));
+        assert_eq!(c.poll_interval, std::time::Duration::from_millis(250));
+        assert_eq!(c.retries, 1);
+        assert_eq!(c.defined_at, "hosts.toml:1:11");
+    }
+
+    #[test]
+    fn a_cluster_of_an_unknown_kind_or_key_points_at_it() {
+        let e = parse_clusters("[clusters.k]\nkind = \"kubernetes\"\n").unwrap_err();
+        assert_eq!(
+            e,
+            "error: cluster `k`: kind \"kubernetes\" is not supported\n  --> hosts.toml:2:8\n  |\n2 | kind = \"kubernetes\"\n  |        ^^^^^^^^^^^^\n  = help: write kind = \"slurm\""
+        );
+        let e = parse_clusters("[clusters.k]\nkind = \"slurm\"\npartiton = \"x\"\n").unwrap_err();
+        assert!(e.contains("did you mean `partition`?"), "{e}");
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! are shared by every heddle that uses the engine, through lock containers on it
 //! ([`crate::engine_units`]).
 
+mod clusters;
 mod file;
 mod place;
 
@@ -20,6 +21,7 @@ use heddle_containers::TlsFiles;
 
 use crate::model::Transfer;
 
+pub use clusters::{Cluster, ClusterKind};
 pub use file::{config_files, load};
 pub use place::{place, Placement, PlacementError};
 
@@ -45,6 +47,8 @@ pub struct Host {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Hosts {
     pub hosts: BTreeMap<String, Host>,
+    /// `[clusters.NAME]`: batch schedulers `heddle run --cluster NAME` submits to.
+    pub clusters: BTreeMap<String, Cluster>,
 }
 
 impl Hosts {

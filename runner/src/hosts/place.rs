@@ -128,6 +128,7 @@ mod tests {
                 .iter()
                 .map(|(name, pools)| (name.to_string(), host(name, pools)))
                 .collect(),
+            clusters: Default::default(),
         }
     }
 

@@ -251,6 +251,7 @@ mod tests {
                 "params": {"a": 1.5, "b": [1, null, {"c": null, "d": "e"}], "n": -3},
             })).unwrap()),
             host: None,
+            job: None,
         }
     }
 

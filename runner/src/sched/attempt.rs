@@ -162,6 +162,7 @@ fn request(
         stdout_log,
         stderr_log,
         mask: crate::secrets::mask_of(&stage.settings.secret_env),
+        secret_env: stage.settings.secret_env.clone(),
         container,
     }
 }

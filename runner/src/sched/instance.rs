@@ -239,7 +239,8 @@ async fn hold_resources(sh: &Shared, id: usize) -> Result<Held<'_>, StatusRecord
         }
     }
     let candidates = sh.ctx.placement.candidates(inst.stage);
-    let (host, placed) = if candidates.is_empty() {
+    // A run on a cluster leaves placement to the cluster.
+    let (host, placed) = if candidates.is_empty() || sh.opts.cluster.is_some() {
         (None, Vec::new())
     } else {
         let wants = &plan.stage_of(id).settings.resources;
@@ -261,9 +262,10 @@ async fn hold_resources(sh: &Shared, id: usize) -> Result<Held<'_>, StatusRecord
     // `--jobs` bounds what runs here. A placed instance runs on its host's engine, bounded by
     // that host's pools (taken above), so it takes no local slot: a GPU box's stage does not
     // wait behind the laptop's own work.
-    let job = match host {
-        Some(_) => None,
-        None => tokio::select! {
+    // A cluster's job is bounded by the cluster, and takes no local slot either.
+    let job = match host.is_some() || sh.opts.cluster.is_some() {
+        true => None,
+        false => tokio::select! {
             p = sh.jobs.acquire() => Some(p.expect("jobs open")),
             _ = sh.cancel.graceful.cancelled() => return Err(stopped()),
         },
@@ -409,7 +411,7 @@ async fn execute(
         label: inst.label.clone(),
         reason: record.reason.clone(),
     });
-    let exec = sh.ctx.executor(stage);
+    let (exec, placed) = super::on_cluster::executor(sh, id, record);
     let mut attempt = 0;
     let result = loop {
         attempt += 1;
@@ -429,6 +431,7 @@ async fn execute(
         }
     };
     record.attempts = attempt;
+    super::on_cluster::record_job(&placed, record);
     let elapsed = sh.started.elapsed();
     record.end_ms = elapsed.as_millis() as u64;
     record.duration_ms = (elapsed - t0).as_millis() as u64;

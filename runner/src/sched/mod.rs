@@ -14,6 +14,7 @@
 mod attempt;
 mod commit;
 mod instance;
+mod on_cluster;
 mod outcome;
 mod placed;
 

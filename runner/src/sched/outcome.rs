@@ -35,6 +35,7 @@ pub(super) fn empty_record(stage: &Stage) -> InstanceRecord {
         key_parts: None,
         facts: None,
         host: None,
+        job: None,
     }
 }
 

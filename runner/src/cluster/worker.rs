@@ -1,0 +1,521 @@
+//! `heddle worker --action KEY --tag TAG`: what a job runs on a node. It reads the action's
+//! description from the shared cache (fetched into the node's own store, every blob verified
+//! by sha256), lays the inputs and the stage folder out in a fresh sandbox, runs the command
+//! with the executor `heddle run` would use (the host executor, or the Docker executor on the
+//! node's engine), collects and stores the outputs, uploads blobs first and the action's entry
+//! last, and leaves an outcome (logs, error and facts files, outputs) under the job's key.
+//!
+//! Idempotent: an engine may run a job twice, and an entry already in the shared cache is the
+//! answer (unless the run forced the stage). Exit codes: 0; the stage's own failure (its exit
+//! code, else 1); [`EXIT_INFRA`] when the node could not do its part (cache unreachable, an
+//! input evicted, no description), which the driver resubmits.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use heddle_cache::{error_chain, ActionEntry, Digest, OutputEntry, StatCache, Store};
+use serde_json::json;
+use tokio::sync::mpsc::unbounded_channel;
+
+use super::description::{
+    self as d, ContainerDesc, Description, ExecEnd, GpusDesc, Outcome, EXIT_INFRA,
+};
+use crate::exec::docker::DockerExecutor;
+use crate::exec::failure::classify;
+use crate::exec::host::HostExecutor;
+use crate::exec::{
+    base_env, Cancel, ContainerRequest, ExecOutcome, ExecRequest, Executor, Transfer,
+};
+use crate::render::Command;
+use crate::shared_cache::SharedCache;
+
+/// What the worker runs against: the node's store and the shared cache.
+pub struct Worker {
+    pub store: Arc<Store>,
+    pub shared: Arc<dyn SharedCache>,
+    /// Progress lines for the job's own output file.
+    pub log: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+/// The attempt's end before it is reported.
+enum End {
+    Ran {
+        exec: ExecOutcome,
+        collect_error: Option<String>,
+        outputs: BTreeMap<String, OutputEntry>,
+    },
+    Infra(String),
+    AlreadyThere,
+}
+
+impl Worker {
+    /// Run action `key` as job `tag`; the process's exit code.
+    pub async fn run(&self, key: Digest, tag: &str, cancel: Cancel) -> i32 {
+        let scratch = self.store.root().join("scratch");
+        let _ = std::fs::create_dir_all(&scratch);
+        let dir = match tempfile::Builder::new()
+            .prefix("worker-")
+            .tempdir_in(&scratch)
+        {
+            Ok(t) => t,
+            Err(e) => {
+                return self
+                    .report(
+                        key,
+                        tag,
+                        End::Infra(format!(
+                            "failed to make a sandbox in {}: {e}",
+                            scratch.display()
+                        )),
+                        None,
+                    )
+                    .await
+            }
+        };
+        let (end, sandbox) = self.attempt(key, dir.path(), cancel).await;
+        let code = self.report(key, tag, end, sandbox.as_deref()).await;
+        if let Err(e) = heddle_cache::scratch::remove_tree(dir.path()) {
+            (self.log)(&format!(
+                "heddle worker: could not remove {}: {e}",
+                dir.path().display()
+            ));
+        }
+        code
+    }
+
+    async fn attempt(&self, key: Digest, dir: &Path, cancel: Cancel) -> (End, Option<PathBuf>) {
+        let desc = match self.description(key).await {
+            Ok(Some(desc)) => desc,
+            Ok(None) => return (End::AlreadyThere, None),
+            Err(why) => return (End::Infra(why), None),
+        };
+        let sb = dir.join("sb");
+        let logs = dir.join("logs");
+        let laid = std::fs::create_dir_all(&logs)
+            .map_err(|e| e.to_string())
+            .and_then(|()| self.lay_out(&desc, key, &sb));
+        let inputs = match laid {
+            Ok(inputs) => inputs,
+            Err(why) => return (End::Infra(why), None),
+        };
+        let exec: Box<dyn Executor> = match &desc.container {
+            None => Box::new(HostExecutor),
+            Some(_) => match heddle_containers::Engine::connect(None).await {
+                Ok(engine) => Box::new(DockerExecutor {
+                    engines: BTreeMap::from([(None, engine)]),
+                }),
+                Err(e) => {
+                    return (
+                        End::Infra(format!(
+                            "cannot reach this node's Docker engine: {}",
+                            error_chain(&e)
+                        )),
+                        Some(sb),
+                    )
+                }
+            },
+        };
+        let req = request(&desc, &sb, &logs);
+        let stderr = req.stderr_log.clone();
+        let (tx, mut rx) = unbounded_channel::<String>();
+        let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        let t0 = Instant::now();
+        let outcome = exec.execute(req, tx, cancel).await;
+        let _ = drain.await;
+        let exec_outcome = match outcome {
+            Ok(o) => o,
+            Err(e) => {
+                return (
+                    End::Infra(format!("failed to run the command: {e}")),
+                    Some(sb),
+                )
+            }
+        };
+        if classify(&exec_outcome, &sb.join("work/.heddle-error.json"), &stderr).is_some() {
+            return (
+                End::Ran {
+                    exec: exec_outcome,
+                    collect_error: None,
+                    outputs: BTreeMap::new(),
+                },
+                Some(sb),
+            );
+        }
+        let (collect_error, outputs) = match self.collect(&desc, key, &sb, dir, &inputs, t0).await {
+            Ok(outputs) => (None, outputs),
+            Err(Collect::Stage(why)) => (Some(why), BTreeMap::new()),
+            Err(Collect::Infra(why)) => return (End::Infra(why), Some(sb)),
+        };
+        (
+            End::Ran {
+                exec: exec_outcome,
+                collect_error,
+                outputs,
+            },
+            Some(sb),
+        )
+    }
+
+    /// The description, or `None` when the shared cache holds the action's entry already
+    /// and the run lets it be reused.
+    async fn description(&self, key: Digest) -> Result<Option<Description>, String> {
+        let remote = self.shared.describe();
+        let dkey = d::description_key(&key);
+        match self.shared.fetch(dkey).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(format!(
+                    "no description of action {key} in the shared cache {remote}"
+                ))
+            }
+            // A blob the entry names and the remote lacks is an evicted input.
+            Err(e) => {
+                return Err(format!(
+                    "failed to fetch the action's description and inputs from {remote}: {}",
+                    e.message
+                ))
+            }
+        }
+        let entry = self
+            .store
+            .lookup_action(&dkey)
+            .map_err(|e| error_chain(&e))?
+            .ok_or_else(|| {
+                format!("the description of {key} is not servable from the local store")
+            })?;
+        let file = entry
+            .outputs
+            .get(d::DESC_FILE)
+            .ok_or("the description has no action.json")?;
+        let bytes =
+            std::fs::read(self.store.blob_path(&file.digest())).map_err(|e| e.to_string())?;
+        let desc: Description = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("the description is not readable: {e}"))?;
+        if desc.protocol != d::PROTOCOL {
+            return Err(format!(
+                "the description speaks protocol {}, this worker {} (install the driver's heddle on the nodes)",
+                desc.protocol,
+                d::PROTOCOL
+            ));
+        }
+        if desc.key != key {
+            return Err(format!(
+                "the description under {dkey} is of action {}",
+                desc.key
+            ));
+        }
+        if desc.reuse && desc.entry.is_some() {
+            if let Ok(Some(_)) = self.shared.entry(key).await {
+                return Ok(None);
+            }
+        }
+        Ok(Some(desc))
+    }
+
+    /// `in/` and `stage/` from the description's entry (inputs as read-only hard links to
+    /// verified blobs, as `heddle run` lays them out), empty `out/<name>/` and `work/`.
+    fn lay_out(
+        &self,
+        desc: &Description,
+        key: Digest,
+        sb: &Path,
+    ) -> Result<Option<OutputEntry>, String> {
+        let entry = self
+            .store
+            .lookup_action(&d::description_key(&key))
+            .map_err(|e| error_chain(&e))?
+            .ok_or("the description left the local store")?;
+        std::fs::create_dir_all(sb.join("work")).map_err(|e| e.to_string())?;
+        for name in desc.outputs.keys() {
+            std::fs::create_dir_all(sb.join("out").join(name)).map_err(|e| e.to_string())?;
+        }
+        let input = entry.outputs.get(d::DESC_IN).cloned();
+        if let Some(e) = &input {
+            self.store
+                .link_into(e, &sb.join("in"))
+                .map_err(|e| error_chain(&e))?;
+        } else {
+            std::fs::create_dir_all(sb.join("in")).map_err(|e| e.to_string())?;
+        }
+        if let Some(e) = entry.outputs.get(d::DESC_STAGE) {
+            self.store
+                .materialize(e, &sb.join("stage"))
+                .map_err(|e| error_chain(&e))?;
+        }
+        Ok(input)
+    }
+
+    /// The outputs into the node's store and, for a cacheable stage, the action's entry into
+    /// the shared cache (blobs first, the entry last).
+    async fn collect(
+        &self,
+        desc: &Description,
+        key: Digest,
+        sb: &Path,
+        dir: &Path,
+        inputs: &Option<OutputEntry>,
+        t0: Instant,
+    ) -> Result<BTreeMap<String, OutputEntry>, Collect> {
+        let (store, sb2, dir2, files, ins) = (
+            self.store.clone(),
+            sb.to_path_buf(),
+            dir.join("collected"),
+            desc.outputs.clone(),
+            inputs.clone(),
+        );
+        let stats = StatCache::load(&dir.join("stat-cache"));
+        let outputs = tokio::task::spawn_blocking(move || {
+            if let Some(e) = &ins {
+                store.check_fed(e).map_err(|e| Collect::Stage(format!(
+                    "an input was modified while the stage ran; inputs must be treated as read-only: {}",
+                    error_chain(&e)
+                )))?;
+            }
+            crate::outputs::collect(&store, &stats, &sb2, &dir2, &files)
+                .map(|(outs, _)| outs)
+                .map_err(|(_, msg)| Collect::Stage(msg))
+        })
+        .await
+        .map_err(|e| Collect::Infra(e.to_string()))??;
+        if let Some(e) = &desc.entry {
+            let entry = ActionEntry {
+                key,
+                family: e.family.clone(),
+                key_parts: e.key_parts.clone(),
+                outputs: outputs.clone(),
+                duration_ms: t0.elapsed().as_millis() as u64,
+                created_unix_ms: now_ms(),
+                meta: e.meta.clone(),
+            };
+            self.store
+                .record_action(&entry)
+                .map_err(|e| Collect::Infra(error_chain(&e)))?;
+            self.shared.push(key).await.map_err(|e| {
+                Collect::Infra(format!(
+                    "failed to upload the result to {}: {}",
+                    self.shared.describe(),
+                    e.message
+                ))
+            })?;
+        }
+        Ok(outputs)
+    }
+
+    /// Store and upload the outcome under the job's key; the exit code.
+    async fn report(&self, key: Digest, tag: &str, end: End, sb: Option<&Path>) -> i32 {
+        // SLURM names the node; HOSTNAME may be the driver's (sbatch exports its environment).
+        let node = std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| crate::hostname::hostname());
+        let (outcome, code, outputs) = match end {
+            End::AlreadyThere => {
+                (self.log)(&format!(
+                    "heddle worker: action {key} is in the shared cache already"
+                ));
+                return 0;
+            }
+            End::Infra(why) => {
+                (self.log)(&format!("heddle worker: {why}"));
+                (
+                    Outcome {
+                        protocol: d::PROTOCOL,
+                        exec: None,
+                        infra: Some(why),
+                        collect_error: None,
+                        node,
+                    },
+                    EXIT_INFRA,
+                    BTreeMap::new(),
+                )
+            }
+            End::Ran {
+                exec,
+                collect_error,
+                outputs,
+            } => {
+                let code = match &exec {
+                    ExecOutcome::Exited(0) if collect_error.is_none() => 0,
+                    ExecOutcome::Exited(c) if (1..=255).contains(c) => *c as i32,
+                    _ => 1,
+                };
+                let o = Outcome {
+                    protocol: d::PROTOCOL,
+                    exec: Some(ExecEnd::from(&exec)),
+                    infra: None,
+                    collect_error,
+                    node,
+                };
+                (o, code, outputs)
+            }
+        };
+        let okey = d::outcome_key(&key, tag);
+        let stored = self.store_outcome(okey, &outcome, sb, outputs);
+        match stored {
+            Ok(()) => {
+                if let Err(e) = self.shared.push(okey).await {
+                    (self.log)(&format!(
+                        "heddle worker: failed to upload the outcome: {}",
+                        e.message
+                    ));
+                    return EXIT_INFRA;
+                }
+            }
+            Err(e) => {
+                (self.log)(&format!("heddle worker: failed to store the outcome: {e}"));
+                return EXIT_INFRA;
+            }
+        }
+        code
+    }
+
+    fn store_outcome(
+        &self,
+        okey: Digest,
+        o: &Outcome,
+        sb: Option<&Path>,
+        outputs: BTreeMap<String, OutputEntry>,
+    ) -> Result<(), String> {
+        let st = &self.store;
+        let mut outs: BTreeMap<String, OutputEntry> = outputs
+            .into_iter()
+            .map(|(k, v)| (format!("{}{k}", d::OUTCOME_OUT_PREFIX), v))
+            .collect();
+        let tmp = tempfile::NamedTempFile::new_in(st.root()).map_err(|e| e.to_string())?;
+        std::fs::write(
+            tmp.path(),
+            serde_json::to_vec_pretty(o).expect("serialises"),
+        )
+        .map_err(|e| e.to_string())?;
+        outs.insert(
+            d::OUTCOME_FILE.into(),
+            st.put_output(tmp.path()).map_err(|e| error_chain(&e))?,
+        );
+        if let Some(sb) = sb {
+            let logs = sb.parent().expect("sandbox in a folder").join("logs");
+            for (name, path) in [
+                (d::OUTCOME_STDOUT, logs.join("stdout.log")),
+                (d::OUTCOME_STDERR, logs.join("stderr.log")),
+                (d::OUTCOME_ERROR, sb.join("work/.heddle-error.json")),
+                (d::OUTCOME_FACTS, sb.join("work/.heddle-facts.json")),
+            ] {
+                if path.is_file() {
+                    outs.insert(
+                        name.into(),
+                        st.put_output(&path).map_err(|e| error_chain(&e))?,
+                    );
+                }
+            }
+        }
+        st.record_action(&ActionEntry {
+            key: okey,
+            family: "heddle-cluster/outcome".into(),
+            key_parts: json!({}),
+            outputs: outs,
+            duration_ms: 0,
+            created_unix_ms: now_ms(),
+            meta: json!({ "node": o.node }),
+        })
+        .map_err(|e| error_chain(&e))
+    }
+}
+
+enum Collect {
+    Stage(String),
+    Infra(String),
+}
+
+/// The execution request: the description's command and environment with the sandbox in
+/// place of [`d::SANDBOX_TOKEN`], heddle's own variables pointing into this sandbox.
+fn request(desc: &Description, sb: &Path, logs: &Path) -> ExecRequest {
+    let sandbox = sb.to_string_lossy().into_owned();
+    let place = |s: &str| d::place_sandbox(s, &sandbox);
+    let command = match &desc.command {
+        Command::Shell(s) => Command::Shell(place(s)),
+        Command::Exec(v) => Command::Exec(v.iter().map(|a| place(a)).collect()),
+    };
+    let mut env = if desc.host_env {
+        base_env()
+    } else {
+        BTreeMap::new()
+    };
+    env.extend(desc.env.iter().map(|(k, v)| (k.clone(), place(v))));
+    for k in &desc.secret_env {
+        if let Ok(v) = std::env::var(k) {
+            env.insert(k.clone(), v);
+        }
+    }
+    let text = |p: PathBuf| p.to_string_lossy().into_owned();
+    if desc.host_env {
+        env.insert(
+            "HEDDLE_ERROR_FILE".into(),
+            text(sb.join("work/.heddle-error.json")),
+        );
+        env.insert(
+            "HEDDLE_FACTS_FILE".into(),
+            text(sb.join("work/.heddle-facts.json")),
+        );
+    }
+    let stage_dir = sb.join("stage");
+    ExecRequest {
+        label: desc.label.clone(),
+        // Containers carry the driver's run id, so `heddle gc` and the run's sweep find them.
+        run_id: desc.run_id.clone(),
+        command,
+        sandbox: sb.to_path_buf(),
+        stage_dir: stage_dir.is_dir().then_some(stage_dir),
+        env,
+        timeout: desc.timeout_ms.map(std::time::Duration::from_millis),
+        stdout_log: logs.join("stdout.log"),
+        stderr_log: logs.join("stderr.log"),
+        container: desc.container.as_ref().map(container_request),
+        mask: crate::secrets::mask_of(&desc.secret_env),
+        secret_env: desc.secret_env.clone(),
+    }
+}
+
+fn container_request(c: &ContainerDesc) -> ContainerRequest {
+    use heddle_containers::{GpuRequest, NetworkMode};
+    ContainerRequest {
+        image_id: c.image_id.clone(),
+        gpus: match &c.gpus {
+            GpusDesc::None => GpuRequest::None,
+            GpusDesc::All => GpuRequest::All,
+            // The GPUs SLURM gave the job (`--gres=gpu:N` sets CUDA_VISIBLE_DEVICES), else a
+            // count for the engine to choose.
+            GpusDesc::Count(n) => match std::env::var("CUDA_VISIBLE_DEVICES") {
+                Ok(ids) if !ids.is_empty() => {
+                    GpuRequest::Ids(ids.split(',').map(str::to_string).collect())
+                }
+                _ => GpuRequest::Count(*n),
+            },
+            GpusDesc::Ids(v) => GpuRequest::Ids(v.clone()),
+        },
+        devices: c.devices.clone(),
+        network: match c.network.as_str() {
+            "host" => NetworkMode::Host,
+            "bridge" => NetworkMode::Bridge,
+            _ => NetworkMode::None,
+        },
+        shm_size: c.shm_size,
+        memory: c.memory,
+        cpus: c.cpus,
+        user: c.user.clone(),
+        workdir: c.workdir.clone(),
+        docker_host: None,
+        transfer: Transfer::Auto,
+        // `heddle.placed-on=slurm-job-ID`: a site's epilog removes what a job killed outright
+        // (SIGKILL reaches the worker, never its container) left behind; tests/support/slurm.sh
+        // has one.
+        placed_on: std::env::var("SLURM_JOB_ID")
+            .ok()
+            .map(|id| format!("slurm-job-{id}")),
+        holds: Vec::new(),
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

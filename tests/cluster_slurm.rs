@@ -1,0 +1,603 @@
+//! `heddle run --cluster NAME` against a real single-node SLURM started by the test (root,
+//! Debian's slurmctld/slurmd/munge; skipped without them unless HEDDLE_REQUIRE_SLURM=1). The
+//! shared cache is a plain folder (`file://`), the only path between the driver and the
+//! workers: each worker has a cache of its own (`worker_cache`).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::process::{signal, wait_ended, wait_for, SIGINT};
+use support::slurm::Slurm;
+use support::{assert_contains, instance, Project, Run};
+
+/// One cluster at a time: two cores run every daemon and job.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(
+        support::repo_root()
+            .join("tests/fixtures/cluster")
+            .join(name),
+    )
+    .unwrap()
+}
+
+/// A project whose hosts.toml names `slurm` as cluster `hpc` (extra keys appended), and a
+/// shared cache folder beside it.
+struct Setup {
+    p: Project,
+    slurm: Slurm,
+    remote: tempfile::TempDir,
+}
+
+fn setup(what: &str, gres: &str, extra: &str) -> Option<Setup> {
+    let slurm = Slurm::start(what, gres)?;
+    let p = Project::new();
+    // A node cache per job, as if each ran on a node of its own: nothing reaches a worker
+    // but through the shared cache.
+    let worker_cache = slurm.path().join("worker-cache/$SLURM_JOB_ID");
+    p.file(
+        ".heddle/hosts.toml",
+        &format!(
+            "[clusters.hpc]\nkind = \"slurm\"\npoll_interval = \"200ms\"\nworker_cache = \"{}\"\n{extra}",
+            worker_cache.display()
+        ),
+    );
+    // The project's hosts.toml names the cluster: it is used only once the user trusts it.
+    p.trust();
+    let remote = tempfile::tempdir().unwrap();
+    Some(Setup { p, slurm, remote })
+}
+
+impl Setup {
+    fn cmd(&self, args: &[&str]) -> std::process::Command {
+        let mut c = self.p.cmd(args);
+        c.env("SLURM_CONF", &self.slurm.conf).env(
+            "HEDDLE_REMOTE_CACHE",
+            format!("file://{}", self.remote.path().display()),
+        );
+        c
+    }
+
+    fn run(&self, pipeline: &str, extra: &[&str]) -> Run {
+        let mut args = vec!["run", pipeline, "--progress", "plain", "--cluster", "hpc"];
+        args.extend_from_slice(extra);
+        self.cmd(&args).output().unwrap().into()
+    }
+
+    fn record(&self) -> Value {
+        self.p.last_record()
+    }
+}
+
+/// Every file under `dir`, relative path → bytes.
+fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_matrix_of_20_runs_through_slurm_byte_identical_to_a_local_run_and_reruns_as_hits() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(s) = setup("the sweep through SLURM", "gpu:2,hailo:1", "") else {
+        return;
+    };
+    s.p.file("sweep.toml", &fixture("sweep.toml"));
+    let run = s.run("sweep.toml", &[]).ok();
+    assert_contains(&run.stderr, "cluster hpc (slurm): 22 jobs submitted (");
+    let rec = s.record();
+    let score = instance(&rec, "score[i=7]");
+    assert_eq!(score["job"]["engine"], "slurm");
+    assert_eq!(score["job"]["cluster"], "hpc");
+    assert_eq!(score["job"]["node"], "localhost");
+    assert_eq!(score["job"]["submissions"], 1);
+    assert!(score["job"]["job_id"]
+        .as_str()
+        .is_some_and(|j| !j.is_empty()));
+
+    let local = Project::new();
+    local.file("sweep.toml", &fixture("sweep.toml"));
+    local.run("sweep.toml", &[]).ok();
+    let (cluster_out, local_out) = (tree(&s.p.path("out/sweep")), tree(&local.path("out/sweep")));
+    assert_eq!(cluster_out.len(), 24, "{:?}", cluster_out.keys());
+    assert_eq!(cluster_out, local_out);
+
+    // Every key is in the caches now: nothing is submitted.
+    let again = s.run("sweep.toml", &[]).ok();
+    assert_contains(
+        &again.stderr,
+        "cluster hpc (slurm): 0 jobs submitted (0 arrays), 0 adopted, 0 status queries",
+    );
+    assert_contains(&again.stderr, "22 cached");
+}
+
+#[test]
+fn hailo_instances_never_overlap_on_a_one_device_node() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(s) = setup(
+        "hailo:1 through SLURM",
+        "gpu:2,hailo:1",
+        "gres = [\"gpu\", \"hailo\"]\n",
+    ) else {
+        return;
+    };
+    let lock = s.slurm.path().join("device");
+    std::fs::create_dir_all(&lock).unwrap();
+    s.p.file(
+        "device.toml",
+        &fixture("device.toml").replace("__LOCK__", &lock.to_string_lossy()),
+    );
+    s.run("device.toml", &[]).ok();
+    let rec = s.record();
+    for i in 1..=4 {
+        let label = format!("flash[i={i}]");
+        assert_eq!(instance(&rec, &label)["status"]["status"], "ok", "{label}");
+        assert_eq!(
+            s.p.read(&format!("out/device/{label}/r.txt")),
+            format!("flashed {i}\n")
+        );
+    }
+}
+
+#[test]
+fn a_failed_stage_s_error_line_reaches_the_run_record() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(s) = setup("a failing stage through SLURM", "gpu:2,hailo:1", "") else {
+        return;
+    };
+    s.p.file("fail.toml", &fixture("fail.toml"));
+    let run = s.run("fail.toml", &[]).code(1);
+    assert_contains(
+        &run.stderr,
+        "calibrate FAILED ValueError: calibration set is empty",
+    );
+    let rec = s.record();
+    let i = instance(&rec, "calibrate");
+    assert_eq!(i["status"]["error"], "ValueError: calibration set is empty");
+    assert_eq!(i["status"]["error_class"], "ValueError");
+    assert_eq!(i["status"]["exit_code"], 3);
+    assert_eq!(i["job"]["submissions"], 1);
+    // The worker's logs came back through the shared cache.
+    let [out, err] = [0, 1].map(|n| i["logs"][n].as_str().unwrap().to_string());
+    assert_eq!(
+        std::fs::read_to_string(out).unwrap(),
+        "reading the calibration set\n"
+    );
+    assert_contains(
+        &std::fs::read_to_string(err).unwrap(),
+        "ValueError: calibration set is empty",
+    );
+}
+
+#[test]
+fn ctrl_c_cancels_every_job_of_the_run() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(s) = setup("Ctrl-C through SLURM", "gpu:2,hailo:1", "") else {
+        return;
+    };
+    s.p.file("slow.toml", &fixture("slow.toml"));
+    let mut child = s
+        .cmd(&[
+            "run",
+            "slow.toml",
+            "--progress",
+            "plain",
+            "--cluster",
+            "hpc",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let running = |s: &Setup| s.slurm.jobs().iter().filter(|j| j[2] == "RUNNING").count();
+    wait_for("three running jobs", Duration::from_secs(60), || {
+        running(&s) == 3
+    });
+    signal(child.id(), SIGINT);
+    let status = wait_ended(&mut child, Duration::from_secs(60), "heddle after Ctrl-C");
+    assert_eq!(status.code(), Some(130));
+    let jobs = s.slurm.jobs();
+    assert_eq!(jobs.len(), 3, "{jobs:?}");
+    for j in &jobs {
+        assert_eq!(j[2], "CANCELLED", "{jobs:?}");
+    }
+}
+
+#[test]
+fn a_job_cancelled_from_outside_is_retried_once_then_reported() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Held jobs wait for the test: it cancels or releases each one.
+    let Some(s) = setup(
+        "scancel from outside",
+        "gpu:2,hailo:1",
+        "sbatch_args = [\"--hold\"]\n",
+    ) else {
+        return;
+    };
+    s.p.file(
+        "fail.toml",
+        &fixture("chain.toml").replace("__NONCE__", "x"),
+    );
+    let mut child = s
+        .cmd(&[
+            "run",
+            "fail.toml",
+            "--progress",
+            "plain",
+            "--cluster",
+            "hpc",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut acted: Vec<String> = Vec::new();
+    // `make`: cancelled once, then released; `use`: cancelled twice.
+    let mut plan = vec!["cancel", "release", "cancel", "cancel"].into_iter();
+    while acted.len() < 4 {
+        let mut held = None;
+        wait_for("a held job", Duration::from_secs(60), || {
+            held = s
+                .slurm
+                .jobs()
+                .into_iter()
+                .find(|j| j[2] == "PENDING" && j[3] == "JobHeldUser" && !acted.contains(&j[0]));
+            held.is_some()
+        });
+        let id = held.unwrap()[0].clone();
+        let step = plan.next().unwrap();
+        let mut c = match step {
+            "cancel" => s.slurm.cmd("scancel"),
+            _ => {
+                let mut c = s.slurm.cmd("scontrol");
+                c.arg("release");
+                c
+            }
+        };
+        assert!(c.arg(&id).status().unwrap().success());
+        acted.push(id);
+    }
+    let status = wait_ended(&mut child, Duration::from_secs(60), "heddle");
+    assert_eq!(status.code(), Some(2));
+    let rec = s.record();
+    let make = instance(&rec, "make");
+    assert_eq!(make["status"]["status"], "ok");
+    assert_eq!(make["job"]["submissions"], 2);
+    let used = instance(&rec, "use");
+    assert_eq!(used["status"]["status"], "failed");
+    assert_eq!(used["job"]["submissions"], 2);
+    let err = used["status"]["error"].as_str().unwrap();
+    assert_contains(
+        err,
+        "without a result in the shared cache (a lost job); gave up after 2 job(s) on cluster hpc",
+    );
+    assert_contains(err, &format!("job {} ended CANCELLED", acted[3]));
+}
+
+#[test]
+fn an_evicted_input_is_an_infrastructure_fault_and_is_retried() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(s) = setup(
+        "an evicted input",
+        "gpu:2,hailo:1",
+        "sbatch_args = [\"--hold\"]\n",
+    ) else {
+        return;
+    };
+    let text = "evictable input y";
+    s.p.file(
+        "chain.toml",
+        &fixture("chain.toml").replace("__NONCE__", "y"),
+    );
+    let mut child = s
+        .cmd(&[
+            "run",
+            "chain.toml",
+            "--progress",
+            "plain",
+            "--cluster",
+            "hpc",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let blob = s
+        .remote
+        .path()
+        .join("cas")
+        .join(heddle_cache::Digest::of_bytes(text.as_bytes()).to_string());
+    let mut released: Vec<String> = Vec::new();
+    while released.len() < 3 {
+        let mut held = None;
+        wait_for("a held job", Duration::from_secs(60), || {
+            held =
+                s.slurm.jobs().into_iter().find(|j| {
+                    j[2] == "PENDING" && j[3] == "JobHeldUser" && !released.contains(&j[0])
+                });
+            held.is_some()
+        });
+        let job = held.unwrap();
+        // The first job of `use`: its input leaves the shared cache before it starts.
+        if released.len() == 1 {
+            assert_contains(&job[4], " use");
+            std::fs::remove_file(&blob).unwrap();
+        }
+        assert!(s
+            .slurm
+            .cmd("scontrol")
+            .args(["release", &job[0]])
+            .status()
+            .unwrap()
+            .success());
+        released.push(job[0].clone());
+    }
+    let status = wait_ended(&mut child, Duration::from_secs(60), "heddle");
+    assert_eq!(status.code(), Some(0));
+    let rec = s.record();
+    let used = instance(&rec, "use");
+    assert_eq!(used["status"]["status"], "ok");
+    assert_eq!(used["job"]["submissions"], 2);
+    assert_eq!(s.p.read("out/chain/use/r.txt"), text);
+}
+
+#[test]
+fn a_cluster_run_without_a_shared_cache_is_refused_with_how_to_set_one() {
+    let p = Project::new();
+    p.file(".heddle/hosts.toml", "[clusters.hpc]\nkind = \"slurm\"\n");
+    p.file("fail.toml", &fixture("fail.toml"));
+    let run = p.run("fail.toml", &["--cluster", "hpc"]).code(2);
+    assert_eq!(
+        run.stderr,
+        "error: --cluster hpc needs a shared cache the nodes can reach, to carry inputs and results: \
+         set HEDDLE_REMOTE_CACHE (or --remote-cache, or [cache] remote in .heddle/config.toml) to \
+         s3://BUCKET/PREFIX, webdav+https://HOST/PATH, grpc://HOST:PORT or file:///SHARED/DIR\n"
+    );
+    let remote = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", remote.path().display());
+    let run: Run = p
+        .cmd(&[
+            "run",
+            "fail.toml",
+            "--cluster",
+            "hpc",
+            "--remote-cache",
+            &url,
+            "--remote-cache-mode",
+            "read",
+        ])
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(
+        run.code(2).stderr,
+        format!(
+            "error: --cluster hpc: the shared cache {url} is read-only (--remote-cache-mode read); \
+             the driver must upload each action's inputs\n"
+        )
+    );
+    let run = p.run("fail.toml", &["--cluster", "gpu"]).code(2);
+    assert_eq!(
+        run.stderr,
+        "error: --cluster gpu: no [clusters.gpu] in hosts.toml (clusters: hpc)\n"
+    );
+}
+
+#[test]
+fn a_job_pending_past_the_limit_is_reported_with_slurm_s_reason() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(s) = setup(
+        "a long pending job",
+        "gpu:2,hailo:1",
+        "sbatch_args = [\"--hold\"]\npending_limit = \"1s\"\n",
+    ) else {
+        return;
+    };
+    s.p.file("fail.toml", &fixture("fail.toml"));
+    let err_file = s.p.path("run.err");
+    let mut child = s
+        .cmd(&[
+            "run",
+            "fail.toml",
+            "--progress",
+            "plain",
+            "--cluster",
+            "hpc",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err_file).unwrap())
+        .spawn()
+        .unwrap();
+    let said = || std::fs::read_to_string(&err_file).unwrap_or_default();
+    wait_for("the pending report", Duration::from_secs(60), || {
+        said().contains("pending for")
+    });
+    let held = s.slurm.jobs();
+    assert_eq!(held.len(), 1, "{held:?}");
+    let line = said()
+        .lines()
+        .find(|l| l.contains("pending for"))
+        .unwrap()
+        .to_string();
+    assert!(
+        line.starts_with(&format!(
+            "calibrate: job {} on cluster hpc pending for ",
+            held[0][0]
+        )) && line.ends_with(" s: JobHeldUser"),
+        "{line}"
+    );
+    signal(child.id(), SIGINT);
+    let status = wait_ended(&mut child, Duration::from_secs(60), "heddle after Ctrl-C");
+    assert_eq!(status.code(), Some(130));
+    assert_eq!(s.slurm.jobs()[0][2], "CANCELLED");
+}
+
+#[test]
+fn container_stages_run_on_the_node_s_engine_and_ctrl_c_leaves_no_container() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !support::docker::image_ready(
+        &support::docker::current_test(),
+        "heddle-test/busybox:latest",
+        "tests/images/build-busybox.sh",
+    ) {
+        return;
+    }
+    let Some(s) = setup("container stages through SLURM", "gpu:2,hailo:1", "") else {
+        return;
+    };
+    s.p.file("boxed.toml", &fixture("boxed.toml"));
+    s.run("boxed.toml", &[]).ok();
+    assert_eq!(s.p.read("out/boxed/use/r.txt"), "in a boxin a box");
+    let rec = s.record();
+    assert_eq!(instance(&rec, "use")["job"]["engine"], "slurm");
+    assert!(instance(&rec, "use")["image"]["id"]
+        .as_str()
+        .is_some_and(|i| i.starts_with("sha256:")));
+
+    s.p.file("boxed-wait.toml", &fixture("boxed-wait.toml"));
+    let mut child = s
+        .cmd(&[
+            "run",
+            "boxed-wait.toml",
+            "--progress",
+            "plain",
+            "--cluster",
+            "hpc",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // By instance label: other suites may run busybox containers on this engine meanwhile.
+    let sleepers = |state: &str| {
+        ["wait[i=1]", "wait[i=2]"]
+            .iter()
+            .map(|l| {
+                support::docker::cli(&[
+                    "ps",
+                    "-aq",
+                    "--filter",
+                    &format!("status={state}"),
+                    "--filter",
+                    &format!("label=heddle.instance={l}"),
+                ])
+                .lines()
+                .count()
+            })
+            .sum::<usize>()
+    };
+    let running_ids = || {
+        let mut ids: Vec<String> = ["wait[i=1]", "wait[i=2]"]
+            .iter()
+            .flat_map(|l| {
+                support::docker::cli(&[
+                    "ps",
+                    "-q",
+                    "--filter",
+                    &format!("label=heddle.instance={l}"),
+                ])
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+            })
+            .collect();
+        ids.sort();
+        ids
+    };
+    wait_for("both sleepers' containers", Duration::from_secs(90), || {
+        running_ids().len() == 2
+    });
+    // SIGKILL to every process of the jobs: the workers die without stopping their
+    // containers, which only the cluster's epilog removes; heddle resubmits the lost jobs.
+    let first = running_ids();
+    let jobs: Vec<String> = s
+        .slurm
+        .jobs()
+        .into_iter()
+        .filter(|j| j[2] == "RUNNING")
+        .map(|j| j[0].clone())
+        .collect();
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    let killed = s
+        .slurm
+        .cmd("scancel")
+        .args(["--signal=KILL", "--full"])
+        .args(&jobs)
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    wait_for("the resubmitted sleepers", Duration::from_secs(90), || {
+        let now = running_ids();
+        now.len() == 2 && now.iter().all(|id| !first.contains(id))
+    });
+    signal(child.id(), SIGINT);
+    let status = wait_ended(&mut child, Duration::from_secs(90), "heddle after Ctrl-C");
+    assert_eq!(status.code(), Some(130));
+    assert_eq!(
+        sleepers("running") + sleepers("exited") + sleepers("created"),
+        0
+    );
+}
+
+/// A `secret_env` value reaches the stage on the node (the job inherits the submitting heddle's
+/// environment) but never the shared cache, which is the only path between driver and worker:
+/// the description there names the variable, not its value.
+#[test]
+fn a_secret_reaches_the_worker_but_never_the_shared_cache() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(s) = setup("a secret through SLURM", "gpu:2,hailo:1", "") else {
+        return;
+    };
+    // The stage checks the value's length only: the canary must appear in no file of ours.
+    let canary = "c4n4ry-s3cr3t-7f1e";
+    s.p.file(
+        "secret.toml",
+        "[pipeline]\nname = \"secret\"\n[stages.use]\nsecret_env = [\"HEDDLE_TEST_TOKEN\"]\n\
+         run = [\"sh\", \"-c\", \"test ${#HEDDLE_TEST_TOKEN} -eq 18 && echo had it > \\\"$0\\\"\", \"{{ out.o }}\"]\n\
+         outputs = { o = \"o.txt\" }\n",
+    );
+    let out: Run = s
+        .cmd(&[
+            "run",
+            "secret.toml",
+            "--progress",
+            "plain",
+            "--cluster",
+            "hpc",
+        ])
+        .env("HEDDLE_TEST_TOKEN", canary)
+        .output()
+        .unwrap()
+        .into();
+    let out = out.ok();
+    assert_contains(&out.stderr, "cluster hpc (slurm): 1 jobs submitted (");
+    assert_eq!(s.p.read("out/secret/use/o.txt"), "had it\n");
+    for (root, what) in [
+        (s.remote.path().to_path_buf(), "the shared cache"),
+        (s.p.root().to_path_buf(), "the project"),
+    ] {
+        for (path, bytes) in tree(&root) {
+            assert!(
+                !bytes.windows(canary.len()).any(|w| w == canary.as_bytes()),
+                "{what} holds the secret in {path}"
+            );
+        }
+    }
+}
