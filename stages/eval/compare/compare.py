@@ -42,16 +42,17 @@ def session(path):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def outputs(path, meta, x_nchw):
+def outputs(path, meta, x):
+    """The model's `output_name` on each sample of x (in the model's own layout), one fixed batch per call."""
     sess = session(path)
     name_in, name_out = meta["input_name"], meta["output_name"]
     batch = int(meta["input_shape_nchw"][0])
     ys = []
-    for i in range(0, len(x_nchw), batch):
-        chunk = x_nchw[i:i + batch]
+    for i in range(0, len(x), batch):
+        chunk = x[i:i + batch]
         if len(chunk) < batch:  # a fixed batch larger than what is left: pad, keep the real rows
             chunk = np.concatenate([chunk, np.zeros((batch - len(chunk),) + chunk.shape[1:], chunk.dtype)])
-        ys.append(sess.run([name_out], {name_in: chunk})[0][:min(batch, len(x_nchw) - i)])
+        ys.append(sess.run([name_out], {name_in: chunk})[0][:min(batch, len(x) - i)])
     return np.concatenate(ys).astype(np.float64)
 
 
@@ -120,11 +121,13 @@ def main(argv=None):
 
 
 def evaluate(hs, a):
-    """(meta, held-out images NCHW, one row per member of each context); sets a.reference_label when the reference
+    """(meta, held-out images in the model's layout, one row per member of each context); sets a.reference_label when the reference
     is --float."""
     with open(a.meta) as f:
         meta = json.load(f)
-    x = np.load(a.heldout).transpose(0, 3, 1, 2).astype(np.float32)  # NHWC -> the model's NCHW
+    x = np.load(a.heldout).astype(np.float32)  # NHWC (calib/images)
+    if meta.get("input_layout", "NCHW") == "NCHW":  # onnx/author's meta has no layout: NCHW
+        x = x.transpose(0, 3, 1, 2)
     if bool(a.float) == bool(a.reference):
         raise ValueError("bind exactly one float reference: `float` (an ONNX model) or `reference` (outputs .npy)")
     ref = saved_outputs(a.reference) if a.reference else outputs(a.float, meta, x)
