@@ -122,15 +122,15 @@ fn print_summary(plan: &Plan, rec: &RunRecord) {
     }
 }
 
-/// Each failed instance with its error and, when it wrote to stderr, its log.
+/// Each failed instance and, when it wrote to stderr, its log (the whole traceback). Its error
+/// line was printed once already, when it failed.
 fn print_failures(rec: &RunRecord) {
     for (label, r) in &rec.instances {
         if r.status.status == Status::Failed {
             eprintln!(
-                "  {} {} {}",
+                "  {} {}",
                 printable(label),
                 paint(Stream::Stderr, Tone::Failed, "FAILED"),
-                printable(r.status.error.as_deref().unwrap_or(""))
             );
             // A stage that printed nothing to stderr has no log file.
             if let Some([_, err]) = r.logs.as_ref().filter(|[_, e]| Path::new(e).exists()) {
