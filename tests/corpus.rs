@@ -168,7 +168,9 @@ fn run_model(project: &Path, cache: &Path, e: &Value) -> Row {
             .map(|(l, _)| l)
             .collect();
         if class != "ImportModelError" {
-            problem = Some(format!("import failed with {class}, not a refusal: {err}\n{text}"));
+            problem = Some(format!(
+                "import failed with {class}, not a refusal: {err}\n{text}"
+            ));
         } else if expect != "refused" {
             problem = Some(format!("expected to reach eval, refused: {err}"));
         } else if err.lines().count() != 1 || !others_failed.is_empty() || code != 1 {
@@ -193,16 +195,13 @@ fn every_model_reaches_eval_or_is_refused_at_import() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let project = dir.path().join("project");
+    let corpus_dir = dir.path().join("corpus");
     let cache = dir.path().join("cache");
-    std::fs::create_dir(&project).unwrap();
-    let (code, text) = heddle(&project, &cache, &["init"]);
-    assert_eq!(code, 0, "{text}");
     let python = site.join("../../../bin/python");
     let made = Command::new(&python)
         .arg(repo().join("tests/corpus/make_corpus.py"))
         .arg(&site)
-        .arg(&project)
+        .arg(&corpus_dir)
         .output()
         .unwrap();
     assert!(
@@ -210,8 +209,38 @@ fn every_model_reaches_eval_or_is_refused_at_import() {
         "make_corpus.py: {}",
         String::from_utf8_lossy(&made.stderr)
     );
-    let corpus = json_at(&project.join("corpus.json")).unwrap();
+    let corpus = json_at(&corpus_dir.join("corpus.json")).unwrap();
     let models = corpus["models"].as_array().unwrap();
+    // Two projects made by `heddle init` share one cache (and so one provisioned env) and take
+    // the models in turn: most stages run one python process, so two runs fill the 2 cores CI
+    // has. (One project cannot: a second run of a pipeline waits for the first.)
+    let projects: Vec<PathBuf> = (0..2)
+        .map(|i| {
+            let project = dir.path().join(format!("project{i}"));
+            std::fs::create_dir(&project).unwrap();
+            let (code, text) = heddle(&project, &cache, &["init"]);
+            assert_eq!(code, 0, "{text}");
+            support::copy_tree(&corpus_dir.join("models"), &project.join("models"));
+            support::copy_tree(&corpus_dir.join("images"), &project.join("images"));
+            project
+        })
+        .collect();
+    let rows: std::sync::Mutex<Vec<Option<Row>>> =
+        std::sync::Mutex::new((0..models.len()).map(|_| None).collect());
+    // The first model alone: its run provisions the python env both projects then share.
+    rows.lock().unwrap()[0] = Some(run_model(&projects[0], &cache, &models[0]));
+    let next = std::sync::atomic::AtomicUsize::new(1);
+    std::thread::scope(|s| {
+        for project in &projects {
+            let (next, rows, cache) = (&next, &rows, &cache);
+            s.spawn(move || loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some(e) = models.get(i) else { break };
+                let row = run_model(project, cache, e);
+                rows.lock().unwrap()[i] = Some(row);
+            });
+        }
+    });
     let mut table = format!(
         "Model corpus through pipelines/compile-onnx.toml (onnxruntime CPU; onnx {}; images: {}).\n\
          top-1: share of held-out images whose argmax agrees with the float model, quantised QDQ / \
@@ -222,8 +251,8 @@ fn every_model_reaches_eval_or_is_refused_at_import() {
         corpus["images"].as_str().unwrap_or("?")
     );
     let mut problems = Vec::new();
-    for e in models {
-        let row = run_model(&project, &cache, e);
+    for (e, row) in models.iter().zip(rows.into_inner().unwrap()) {
+        let row = row.expect("every model ran");
         let mut cells = row.cells;
         if cells.len() == 6 {
             // refused: no precision columns

@@ -9,5 +9,7 @@ mod support;
 mod caching;
 mod failures;
 mod output;
+mod param_paths;
 mod pipelines;
 mod records;
+mod stage_errors;

@@ -105,10 +105,12 @@ impl<'p> Builder<'p> {
         m: Matrix,
         partners: &BTreeMap<&str, ProjectionIndex>,
     ) -> Option<Instance> {
-        let bound = self.bind_inputs(s, &m, partners).and_then(|(inputs, deps)| {
-            let params = resolve_params(self.p, s, &m)?;
-            Ok((inputs, deps, params))
-        });
+        let bound = self
+            .bind_inputs(s, &m, partners)
+            .and_then(|(inputs, deps)| {
+                let params = resolve_params(self.p, s, &m)?;
+                Ok((inputs, deps, params))
+            });
         let bound = bound.and_then(|(inputs, deps, params)| {
             let image = bind::image(self.p, s, &params, &m)?;
             let gpus = bind::gpus(self.p, s, &params, &m)?;
