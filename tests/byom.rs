@@ -309,6 +309,7 @@ params:
   quant_context: string = ORT_QDQ  context name of the `quant` gather's rows (a member's own matrix `context` wins)
   reference_label: string = SDK_NATIVE (DFC emulator, fp32)  what `reference` is, for the table (with `float`: onnxruntime CPU, fp32)
   title: string = Float vs quantised contexts on held-out images
+  top1_axis: int = 1  the output axis top-1 agreement takes the argmax over (1 = channels / classes; -1 for a sequence model's [N, T, classes])
 inputs:
   compiled (optional)  optional gather of compiled models, e.g. compile[*].model
   float (optional)  the float ONNX model (onnx/import or onnx/author), run here as the reference

@@ -143,7 +143,7 @@ fn run_model(project: &Path, cache: &Path, e: &Value) -> Row {
                             .find(|r| r["precision"] == *p && r["context"] == ctx)
                             .map(|r| match r["top1_agreement"].as_f64() {
                                 Some(t) => format!("{:.0}%", t * 100.0),
-                                None => format!("{}", r["status"].as_str().unwrap_or("?")),
+                                None => r["status"].as_str().unwrap_or("?").to_string(),
                             })
                             .unwrap_or_else(|| "-".into())
                     };
@@ -155,7 +155,7 @@ fn run_model(project: &Path, cache: &Path, e: &Value) -> Row {
         if !failed.is_empty() {
             problem = Some(format!("failed after import: {}", failed.join("; ")));
         } else if expect != "eval" {
-            problem = Some(format!("expected a refusal at import, but it reached eval"));
+            problem = Some("expected a refusal at import, but it reached eval".into());
         }
     } else {
         let err = import["status"]["error"].as_str().unwrap_or("").to_string();
