@@ -148,7 +148,6 @@ def main(site, out):
 
     images = os.path.join(out, "images")
     os.makedirs(images, exist_ok=True)
-    data = os.path.join(site, "skimage", "data")
     photos = ["astronaut.png", "chelsea.png", "coffee.png", "hubble_deep_field.jpg", "motorcycle_left.png",
               "retina.jpg", "rocket.jpg", "camera.png"]
     for n in photos:

@@ -81,8 +81,8 @@ def build(folder, size, meta, mode, scale, mean, std, channels, holdout, limit):
     x = np.stack(arrays).astype(np.float32)
     cut = len(names) - holdout
     return x[:cut], x[cut:], {"layout": "NHWC", "dtype": "float32", "size": [h, w], "resize": mode, "scale": scale,
-                              "mean": mean, "std": std, "channels": "grey" if grey else channels, "calib": cut, "heldout": holdout,
-                              "images": index}
+                              "mean": mean, "std": std, "channels": "grey" if grey else channels, "calib": cut,
+                              "heldout": holdout, "images": index}
 
 
 def read_meta(path):

@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""onnx/import — take any ONNX file into the chain: check it, fix its symbolic dimensions, describe it in meta.json.
+"""onnx/import — take any ONNX model into the chain: make it one every later stage takes (normalize.py: weights
+inline, IR 3's initializer inputs dropped, float16 as float32, an old opset upgraded), check it, fix its symbolic
+dimensions, describe it in meta.json; or refuse it here, in one line that says what to do.
 
 meta.json has the keys onnx/author writes (input_name, output_name, start_node, end_node, input_shape_nchw,
-output_shape_nchw, opset, ir_version, batch) plus `source` (the file's sha256, producer) and `dims_fixed`, so
-dfc/translate and the ORT stages need no onnx import of their own. Errors a user can act on are raised as
-ImportModelError with what to set; any exception is written as {class, message} to $HEDDLE_ERROR_FILE.
+output_shape_nchw, opset, ir_version, batch) plus input_layout (NCHW or NHWC) and input_shape (the model's own
+axes), `source` (file, sha256, producer, IR and opset as given) and what was changed (dims_fixed,
+initializer_inputs_dropped, float16_to_float32, constants_to_initializers), so dfc/translate and the ORT stages
+need no onnx import of their own. Errors a user can act on are ImportModelError; any exception is recorded by
+heddle_stage.run (its first line and this stage's frame; the traceback in the log).
 """
 import argparse
 import json
