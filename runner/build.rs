@@ -54,7 +54,12 @@ fn main() {
     }
     let mut hasher = Sha256::new();
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
-    let mut f = std::fs::File::create(out_dir.join("stage_lib_files.rs")).unwrap();
+    // Written beside, then renamed over: a target dir seeded with hard links (`cp -al`) shares
+    // this file's inode with other checkouts, and writing it in place would hand them this
+    // checkout's stage paths.
+    let tmp = out_dir.join("stage_lib_files.rs.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::File::create(&tmp).unwrap();
     writeln!(f, "pub static FILES: &[(&str, &[u8])] = &[").unwrap();
     for (rel, p) in &files {
         let bytes = std::fs::read(p).unwrap();
@@ -71,6 +76,8 @@ fn main() {
     }
     writeln!(f, "];").unwrap();
     writeln!(f, "pub const HASH: &str = {:?};", hex(&hasher.finalize())).unwrap();
+    drop(f);
+    std::fs::rename(&tmp, out_dir.join("stage_lib_files.rs")).unwrap();
 }
 
 fn hex(b: &[u8]) -> String {

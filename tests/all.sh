@@ -30,6 +30,16 @@ if ! ls "$venv"/lib/python*/site-packages/rapidocr_onnxruntime/models >/dev/null
 fi
 export HEDDLE_REQUIRE_BYOM=1
 
+# The model corpus (tests/corpus.rs, tests/corpus/make_corpus.py): real ONNX models that PyPI packages ship in their
+# wheels (besides onnx's light/ models, onnxruntime's datasets/ and the PP-OCR models above). Only their files.
+if ! ls "$venv"/lib/python*/site-packages/nudenet/320n.onnx >/dev/null 2>&1 \
+   || ! ls "$venv"/lib/python*/site-packages/magika/models >/dev/null 2>&1 \
+   || ! ls "$venv"/lib/python*/site-packages/silero_vad/data >/dev/null 2>&1; then
+  echo "== model corpus for tests/corpus.rs"
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps nudenet==3.4.2 magika==1.0.3 silero-vad==6.2.3
+fi
+export HEDDLE_REQUIRE_CORPUS=1
+
 # The JSON Schemas editors read (schemas/*.schema.json), checked by a validator that is not
 # heddle: every pipeline and stage definition in the repository validates, and a misspelt key
 # does not. tests/schema.rs runs the same checks under cargo test (required from here on).
@@ -82,6 +92,7 @@ bash remote/tests/servers.sh && export HEDDLE_REQUIRE_REMOTE_SERVERS=1
 
 echo "== cargo test"
 cargo test --workspace --release 2>&1 | tee target/cargo-test.log
+[[ -f target/corpus.md ]] && cat target/corpus.md
 echo "== pytest (stage scripts)"
 "$venv/bin/pytest" -q tests/python
 

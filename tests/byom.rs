@@ -191,6 +191,37 @@ fn foreign_model_from_an_empty_folder() {
         .starts_with(Path::new(env!("CARGO_MANIFEST_DIR"))));
 }
 
+/// A new user's first try (issue 24): `heddle init`, one of the onnx package's own small models
+/// (IR 3, opset 9: its weights listed among the graph inputs) saved as model.onnx, images in
+/// images/, `heddle run` as init says, no file edited and no `--set`: every precision reaches
+/// eval.
+#[test]
+fn an_ir3_model_from_the_onnx_package_runs_with_no_file_edited() {
+    let Some(site) = site_or_skip() else {
+        return;
+    };
+    let (_dir, project, cache) = empty_project();
+    let run = |args: &[&str]| heddle_ok(&project, &cache, args);
+    assert_eq!(
+        run(&["init"]),
+        "created .heddle/, .gitignore, schemas/ and pipelines/compile-onnx.toml\nnext: heddle run pipelines/compile-onnx.toml\n"
+    );
+    user_files(&site, &project);
+    std::fs::copy(
+        site.join("onnx/backend/test/data/light/light_squeezenet.onnx"),
+        project.join("model.onnx"),
+    )
+    .unwrap();
+    run(&["run", "pipelines/compile-onnx.toml"]);
+    let meta = json_at(&project.join("out/compile-onnx/import/meta.json"));
+    assert_eq!(meta["source"]["ir_version"], 3);
+    assert_eq!(meta["initializer_inputs_dropped"], 52);
+    let summary = json_at(&project.join("out/compile-onnx/eval/eval.json"));
+    let rows = summary["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    assert!(rows.iter().all(|r| r["status"] == "ok"), "{rows:?}");
+}
+
 /// The DFC backend on the foreign model, against the TEST DOUBLE of the DFC (numbers mean
 /// nothing; the chain, the failures reaching the table and the model-script merge are checked).
 #[test]
@@ -310,6 +341,7 @@ params:
   quant_context: string = ORT_QDQ  context name of the `quant` gather's rows (a member's own matrix `context` wins)
   reference_label: string = SDK_NATIVE (DFC emulator, fp32)  what `reference` is, for the table (with `float`: onnxruntime CPU, fp32)
   title: string = Float vs quantised contexts on held-out images
+  top1_axis: int = 1  the output axis top-1 agreement takes the argmax over (1 = channels / classes; -1 for a sequence model's [N, T, classes])
 inputs:
   compiled (optional)  optional gather of compiled models, e.g. compile[*].model
   float (optional)  the float ONNX model (onnx/import or onnx/author), run here as the reference

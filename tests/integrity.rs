@@ -165,7 +165,7 @@ fn a_stages_terminal_escapes_are_shown_not_sent() {
     let r = p.run("p.toml", &[]).code(1);
     let shown = "EvilError: \\x1b]0;pwned\\x07 \\x1b[2J\\x0d over \u{fffd}";
     assert_contains(&r.stderr, &format!("\nFAILED  s  {shown}\n"));
-    assert_contains(&r.stderr, &format!("\n  s FAILED {shown}\n"));
+    assert_contains(&r.stderr, "\n  s FAILED\n");
     for c in ['\u{1b}', '\u{7}', '\r'] {
         assert!(!r.stderr.contains(c), "{c:?} sent raw: {:?}", r.stderr);
     }

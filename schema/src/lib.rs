@@ -39,6 +39,10 @@ pub struct StatusRecord {
     /// One line: `AttributeError: 'function' object has no attribute …`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Where in the stage's own code it failed (`compare.py:57 in outputs`), when the stage
+    /// said (its `$HEDDLE_ERROR_FILE`'s `where`); the whole traceback is in its stderr log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stderr_tail: Option<String>,
     /// For a skipped instance: the failure upstream that skipped it.
@@ -60,6 +64,7 @@ impl StatusRecord {
             exit_code: None,
             error_class: None,
             error: None,
+            at: None,
             stderr_tail: None,
             cause: None,
             tolerated: false,

@@ -183,15 +183,15 @@ fn print_summary(plan: &Plan, rec: &RunRecord) {
     }
 }
 
-/// Each failed instance with its error and, when it wrote to stderr, its log.
+/// Each failed instance and, when it wrote to stderr, its log (the whole traceback). Its error
+/// line was printed once already, when it failed.
 fn print_failures(rec: &RunRecord) {
     for (label, r) in &rec.instances {
         if r.status.status == Status::Failed {
             eprintln!(
-                "  {} {} {}",
+                "  {} {}",
                 printable_line(label),
                 paint(Stream::Stderr, Tone::Failed, "FAILED"),
-                printable(r.status.error.as_deref().unwrap_or(""))
             );
             if r.status
                 .error

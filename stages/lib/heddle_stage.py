@@ -15,22 +15,52 @@ import tempfile
 import traceback
 
 
+#: The longest message a status record keeps; the whole one is in the traceback in the log.
+MESSAGE_CAP = 300
+
+
+def short_message(exc):
+    """The exception's message as a person reads it first: its first non-blank line, at most MESSAGE_CAP
+    characters (onnxruntime puts a list of every missing input name in one message: 10 KB)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    msg = lines[0] if lines else ""
+    if len(msg) > MESSAGE_CAP:
+        msg = msg[:MESSAGE_CAP - 1].rstrip() + "…"
+    elif len(lines) > 1:
+        msg += " …"
+    return msg
+
+
+def stage_frame(exc, folder=None):
+    """`file.py:LINE in FUNCTION` of the innermost traceback frame in the stage's own folder (the running
+    script's), so the record says where in the stage it failed, not where in a library; None when no frame is."""
+    folder = os.path.realpath(folder or os.path.dirname(os.path.abspath(sys.argv[0])))
+    where = None
+    for fs in traceback.extract_tb(exc.__traceback__):
+        if os.path.dirname(os.path.realpath(fs.filename)) == folder:
+            where = f"{os.path.basename(fs.filename)}:{fs.lineno} in {fs.name}"
+    return where
+
+
 def record_error(exc):
-    """Write {class, message} to $HEDDLE_ERROR_FILE, so the status record carries e.g.
-    "AttributeError: 'function' object has no attribute 'set_wraparound_loss'" rather than an exit code."""
+    """Write {class, message, where} to $HEDDLE_ERROR_FILE, so the status record carries e.g.
+    "AttributeError: 'function' object has no attribute 'set_wraparound_loss'" (the message's first line, cut)
+    and the stage's own frame rather than an exit code; the whole traceback goes to stderr, heddle's log."""
     path = os.environ.get("HEDDLE_ERROR_FILE")
     if path:
         try:
             with open(path, "w") as f:
-                json.dump({"class": type(exc).__name__, "message": str(exc)}, f)
+                json.dump({"class": type(exc).__name__, "message": short_message(exc),
+                           "where": stage_frame(exc)}, f)
         except OSError:
             pass
 
 
 def run(work):
     """`work()`'s result, or the stage fails the way every stage here fails: the exception is recorded (see
-    record_error), its traceback printed, and the process exits 1. SystemExit and KeyboardInterrupt pass through;
-    any other BaseException (an SDK may raise one) is a failure like an Exception."""
+    record_error), its traceback printed to stderr (the log), and the process exits 1. SystemExit and
+    KeyboardInterrupt pass through; any other BaseException (an SDK may raise one) is a failure like an
+    Exception."""
     try:
         return work()
     except BaseException as e:

@@ -27,7 +27,10 @@ fn allow_failure_delivers_status_records_downstream() {
 fn a_failure_skips_its_cone_and_exits_1_keep_going_finishes_the_rest() {
     let p = Project::with_logged_pipeline(include_str!("fixtures/keep_going.toml"));
     let r = p.run("p.toml", &["--keep-going"]).code(1);
-    assert_contains(&r.stderr, "bad FAILED exit code 3");
+    // The error line once, when it fails; the summary names the instance and its log.
+    assert_contains(&r.stderr, "FAILED  bad  exit code 3");
+    assert_eq!(r.stderr.matches("exit code 3").count(), 1, "{}", r.stderr);
+    assert_contains(&r.stderr, "\n  bad FAILED\n    log: .heddle/logs/");
     assert_eq!(p.ran(), ["slow"]);
     let rec = p.last_record();
     let after = &instance(&rec, "after")["status"];

@@ -146,8 +146,13 @@ fn a_nonzero_exit_reports_the_stderr_tail() {
     let (d, _gc) = engine!();
     let nonzero_exit = include_str!("fixtures/nonzero_exit.toml");
     // The project is kept: the log files the record names are in it.
-    let (_project, bad) =
-        failing_container_stage(d, nonzero_exit, "bad", "ExitCode", "bad FAILED exit code 3");
+    let (_project, bad) = failing_container_stage(
+        d,
+        nonzero_exit,
+        "bad",
+        "ExitCode",
+        "FAILED  bad  exit code 3",
+    );
     let status = &bad["status"];
     assert_eq!(status["exit_code"], 3, "{status}");
     assert_eq!(

@@ -1,7 +1,13 @@
 //! Naming how a command failed, from what it left behind: the class and one line a person
-//! reads first (`AttributeError: 'function' object has no attribute …`), the exit code, and the
-//! tail of its stderr. A stage can name its failure itself through `$HEDDLE_ERROR_FILE`;
-//! otherwise the last traceback-style line of stderr names it.
+//! reads first (`AttributeError: 'function' object has no attribute …`), where in the stage's
+//! own code, the exit code, and the tail of its stderr. A stage can name its failure itself
+//! through `$HEDDLE_ERROR_FILE` (`{class, message, where}`, as stages/lib/heddle_stage.py
+//! writes it); otherwise the last traceback-style line of stderr names it.
+//!
+//! The line is cut to its first line and [`MESSAGE_CAP`] characters: a library's message can be
+//! kilobytes (onnxruntime lists every missing input name in one), and it is printed on the
+//! terminal and kept in the record, where the whole of it would bury everything else. The whole
+//! message and traceback stay in the stderr log the terminal names.
 
 use std::path::Path;
 
@@ -10,11 +16,16 @@ use serde_json::Value;
 use super::ExecOutcome;
 use crate::record::ErrorClass;
 
+/// The longest error line kept (characters), as heddle_stage.py's `MESSAGE_CAP`.
+pub const MESSAGE_CAP: usize = 300;
+
 /// A failed command as its status record states it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Failure {
     pub class: ErrorClass,
     pub error: String,
+    /// The stage's own frame, `file.py:LINE in FUNCTION`, when its error file names one.
+    pub at: Option<String>,
     pub exit_code: Option<i64>,
     pub stderr_tail: Option<String>,
 }
@@ -27,6 +38,7 @@ pub fn classify(outcome: &ExecOutcome, error_file: &Path, stderr_log: &Path) -> 
     let failure = |class, error, exit_code, stderr_tail| Failure {
         class,
         error,
+        at: None,
         exit_code,
         stderr_tail,
     };
@@ -34,9 +46,12 @@ pub fn classify(outcome: &ExecOutcome, error_file: &Path, stderr_log: &Path) -> 
         ExecOutcome::Exited(0) => return None,
         ExecOutcome::Exited(code) => {
             let t = tail();
-            let (class, line) = error_line(error_file, t.as_deref())
-                .unwrap_or_else(|| (ErrorClass::ExitCode, format!("exit code {code}")));
-            failure(class, line, Some(*code), t)
+            let (class, line, at) = error_line(error_file, t.as_deref())
+                .unwrap_or_else(|| (ErrorClass::ExitCode, format!("exit code {code}"), None));
+            Failure {
+                at,
+                ..failure(class, line, Some(*code), t)
+            }
         }
         ExecOutcome::Signaled(s) => failure(
             ErrorClass::Signal,
@@ -62,20 +77,29 @@ pub fn classify(outcome: &ExecOutcome, error_file: &Path, stderr_log: &Path) -> 
     })
 }
 
-/// The error class and line: the stage's own error file, else the last traceback-style
-/// `Name: message` line of stderr (`AttributeError: …`, `hailo_sdk_common.InferenceError: …`).
-fn error_line(error_file: &Path, tail: Option<&str>) -> Option<(ErrorClass, String)> {
+/// The error class, line and stage frame: the stage's own error file, else the last
+/// traceback-style `Name: message` line of stderr (`AttributeError: …`,
+/// `hailo_sdk_common.InferenceError: …`).
+fn error_line(
+    error_file: &Path,
+    tail: Option<&str>,
+) -> Option<(ErrorClass, String, Option<String>)> {
     if let Ok(text) = std::fs::read_to_string(error_file) {
         if let Ok(v) = serde_json::from_str::<Value>(&text) {
             let class = v.get("class").and_then(Value::as_str).unwrap_or("Error");
             let msg = v.get("message").and_then(Value::as_str).unwrap_or("");
+            let at = v
+                .get("where")
+                .and_then(Value::as_str)
+                .filter(|w| !w.trim().is_empty())
+                .map(|w| cut(w.trim()));
             let short = class.rsplit('.').next().unwrap_or(class).to_string();
-            let line = if msg.is_empty() {
+            let line = if msg.trim().is_empty() {
                 short.clone()
             } else {
-                format!("{short}: {msg}")
+                cut(&format!("{short}: {msg}"))
             };
-            return Some((ErrorClass::from(short), line));
+            return Some((ErrorClass::from(short), line, at));
         }
     }
     for line in tail?.lines().rev() {
@@ -92,11 +116,27 @@ fn error_line(error_file: &Path, tail: Option<&str>) -> Option<(ErrorClass, Stri
                     || short == "SystemExit");
             if looks {
                 let class = ErrorClass::from(short.to_string());
-                return Some((class, format!("{short}: {msg}")));
+                return Some((class, cut(&format!("{short}: {msg}")), None));
             }
         }
     }
     None
+}
+
+/// `text`'s first non-blank line, at most [`MESSAGE_CAP`] characters; `…` marks a cut (or
+/// lines left out).
+fn cut(text: &str) -> String {
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or("");
+    let more = lines.next().is_some();
+    if first.chars().count() > MESSAGE_CAP {
+        let kept: String = first.chars().take(MESSAGE_CAP - 1).collect();
+        format!("{}\u{2026}", kept.trim_end())
+    } else if more {
+        format!("{first} \u{2026}")
+    } else {
+        first.to_string()
+    }
 }
 
 #[cfg(test)]
@@ -116,7 +156,8 @@ mod tests {
             error_line(&none, Some(tail)).unwrap(),
             (
                 stage("AttributeError"),
-                "AttributeError: 'function' object has no attribute 'set_wraparound_loss'".into()
+                "AttributeError: 'function' object has no attribute 'set_wraparound_loss'".into(),
+                None
             )
         );
         let t2 = "hailo_sdk_common.InferenceError: graph execution error at conv2_1/act_op_1/pow\n";
@@ -129,8 +170,31 @@ mod tests {
         std::fs::write(&f, r#"{"class":"pkg.SdkError","message":"boom"}"#).unwrap();
         assert_eq!(
             error_line(&f, None).unwrap(),
-            (stage("SdkError"), "SdkError: boom".into())
+            (stage("SdkError"), "SdkError: boom".into(), None)
         );
+        std::fs::write(
+            &f,
+            r#"{"class":"ValueError","message":"line one\nline two","where":"compare.py:57 in outputs"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            error_line(&f, None).unwrap(),
+            (
+                stage("ValueError"),
+                "ValueError: line one \u{2026}".into(),
+                Some("compare.py:57 in outputs".into())
+            )
+        );
+    }
+
+    #[test]
+    fn a_long_message_is_cut_to_the_cap() {
+        let long = format!("ValueError: {}", "x".repeat(10_000));
+        let cut_line = cut(&long);
+        assert_eq!(cut_line.chars().count(), MESSAGE_CAP);
+        assert!(cut_line.starts_with("ValueError: xxx"));
+        assert!(cut_line.ends_with('\u{2026}'));
+        assert_eq!(cut("short"), "short");
     }
 
     #[test]

@@ -253,6 +253,7 @@ impl History for LockIndex<'_> {
             } else {
                 None
             },
+            at: None,
             stderr_tail: None,
             cause: l.cause.clone().map(|c| Cause {
                 label: c,

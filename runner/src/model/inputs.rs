@@ -1,4 +1,5 @@
-//! A stage's `inputs`: repo paths that must exist, and references to other stages' outputs
+//! A stage's `inputs`: repo paths that must exist (a path with `{{ params.NAME }}` in it is
+//! checked by the planner once rendered), and references to other stages' outputs
 //! (checked here against the stage names; outputs and selectors are checked by the planner,
 //! which knows the matrices). With `uses`, the names are the definition's declared inputs and
 //! every required one must be bound.
@@ -12,6 +13,7 @@ use super::refs::parse_ref;
 use super::{Input, InputKind, StageDef};
 use crate::diag::did_you_mean;
 use crate::spec::{InputSpec, RawStage};
+use crate::template::Template;
 
 impl Loader {
     pub(super) fn inputs(
@@ -75,6 +77,15 @@ impl Loader {
         stage_names: &[String],
     ) -> Option<InputKind> {
         match v.get_ref() {
+            InputSpec::Path(p) if p.contains("{{") => match Template::parse(p) {
+                // Rendered and checked by the planner, which knows the params after `--set`
+                // and the instance's matrix.
+                Ok(t) => Some(InputKind::PathTemplate(t)),
+                Err(e) => {
+                    self.err(v.span(), format!("input `{iname}`: {}", e.message));
+                    None
+                }
+            },
             InputSpec::Path(p) => {
                 if !self.root.join(p).exists() {
                     self.err_help(

@@ -24,6 +24,9 @@ pub enum Selector {
 pub enum InputKind {
     /// A file or folder in the repo, relative to the root.
     Path(String),
+    /// A path with `{{ params.NAME }}` / `{{ matrix.KEY }}` in it (`path = "{{ params.model }}"`):
+    /// rendered per instance by the planner, after `--set`, and checked to exist then.
+    PathTemplate(crate::template::Template),
     Ref {
         stage: String,
         selector: Selector,

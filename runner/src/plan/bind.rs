@@ -1,16 +1,18 @@
-//! One instance's bindings: each declared input bound to a repo path, to its partner instance
+//! One instance's bindings: each declared input bound to a repo path (a path template rendered
+//! with the params after `--set` and the matrix, then checked), to its partner instance
 //! of a mapped upstream, or to every instance of a gathered one; and a container stage's image
 //! and GPUs rendered for the instance. Templates see the params of the layer that wrote them:
 //! the definition's for a value the definition set, the pipeline's otherwise.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 
 use serde_json::Value;
 
 use super::build::Builder;
 use super::join::ProjectionIndex;
 use super::params::lookup_scalar;
-use super::{BoundInput, Matrix};
+use super::{label, BoundInput, Matrix};
 use crate::diag::Diagnostic;
 use crate::model::{InputKind, Pipeline, Selector, Stage};
 use crate::spec::GpuSpec;
@@ -18,13 +20,14 @@ use crate::template::Template;
 use heddle_schema::VecMap;
 
 impl Builder<'_> {
-    /// The instance's inputs, and the instances it depends on (sorted).
+    /// The instance's inputs, and the instances it depends on (sorted); an error for a path
+    /// template that does not render to an existing path.
     pub(super) fn bind_inputs(
         &self,
         s: &Stage,
         m: &Matrix,
         partners: &BTreeMap<&str, ProjectionIndex>,
-    ) -> (VecMap<BoundInput>, Vec<usize>) {
+    ) -> Result<(VecMap<BoundInput>, Vec<usize>), Diagnostic> {
         let mut inputs = VecMap::new();
         let mut deps = BTreeSet::new();
         for (iname, input) in &s.inputs {
@@ -33,6 +36,13 @@ impl Builder<'_> {
                     rel: rel.clone(),
                     abs: self.p.root.join(rel),
                 },
+                InputKind::PathTemplate(t) => {
+                    let rel = self.render_path(s, iname, t, input.span.clone(), m)?;
+                    BoundInput::Path {
+                        abs: self.p.root.join(&rel),
+                        rel,
+                    }
+                }
                 InputKind::Ref {
                     stage,
                     selector: Selector::All,
@@ -59,7 +69,67 @@ impl Builder<'_> {
             };
             inputs.insert(iname.clone(), b);
         }
-        (inputs, deps.into_iter().collect())
+        Ok((inputs, deps.into_iter().collect()))
+    }
+
+    /// `path = "{{ params.model }}"` for instance `m`: rendered with the pipeline's params
+    /// (after `--set`) and the instance's matrix, and checked to exist. Its errors name the
+    /// param or matrix key the path came from, since that is what the user changes.
+    fn render_path(
+        &self,
+        s: &Stage,
+        iname: &str,
+        t: &Template,
+        span: Range<usize>,
+        m: &Matrix,
+    ) -> Result<String, Diagnostic> {
+        let p = self.p;
+        let at = label(&s.name, m);
+        let rel = t
+            .render_plain(|path| lookup_scalar(path, &p.params, m))
+            .map_err(|e| {
+                p.source.error(
+                    Some(span.clone()),
+                    format!("input `{iname}` of {at}: {}", e.message),
+                )
+            })?;
+        if !rel.trim().is_empty() && p.root.join(&rel).exists() {
+            return Ok(rel);
+        }
+        let from: Vec<String> = t
+            .vars()
+            .map(|(path, _)| match path {
+                [ns, k] if ns == "params" => format!("param `{k}`"),
+                [ns, k] if ns == "matrix" => format!("matrix key `{k}`"),
+                other => format!("`{}`", other.join(".")),
+            })
+            .collect();
+        let from = from.join(", ");
+        let what = if rel.trim().is_empty() {
+            format!("input `{iname}` of {at}: its path renders empty (from {from})")
+        } else {
+            format!("input `{iname}` of {at}: `{rel}` (from {from}) does not exist")
+        };
+        let set: Vec<String> = t
+            .vars()
+            .filter_map(|(path, _)| match path {
+                [ns, k] if ns == "params" => Some(format!("--set {k}=PATH")),
+                _ => None,
+            })
+            .collect();
+        let help = if set.is_empty() {
+            format!(
+                "paths are relative to the project root {}",
+                p.root.display()
+            )
+        } else {
+            format!(
+                "{}, relative to the project root {}",
+                set.join(" "),
+                p.root.display()
+            )
+        };
+        Err(p.source.error(Some(span), what).with_help(help))
     }
 }
 

@@ -105,13 +105,18 @@ impl<'p> Builder<'p> {
         m: Matrix,
         partners: &BTreeMap<&str, ProjectionIndex>,
     ) -> Option<Instance> {
-        let (inputs, deps) = self.bind_inputs(s, &m, partners);
-        let bound = resolve_params(self.p, s, &m).and_then(|params| {
+        let bound = self
+            .bind_inputs(s, &m, partners)
+            .and_then(|(inputs, deps)| {
+                let params = resolve_params(self.p, s, &m)?;
+                Ok((inputs, deps, params))
+            });
+        let bound = bound.and_then(|(inputs, deps, params)| {
             let image = bind::image(self.p, s, &params, &m)?;
             let gpus = bind::gpus(self.p, s, &params, &m)?;
-            Ok((params, image, gpus))
+            Ok((inputs, deps, params, image, gpus))
         });
-        let (params, image, gpus) = match bound {
+        let (inputs, deps, params, image, gpus) = match bound {
             Ok(b) => b,
             Err(d) => {
                 self.errors.push(d);

@@ -59,6 +59,7 @@ pub(super) async fn attempt_once(
         class,
         error,
         exit_code,
+        at: None,
         stderr_tail: tail(),
     };
     let collected = check_and_collect(sh, id, inputs, sandbox, mask).await;

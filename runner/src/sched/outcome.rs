@@ -48,7 +48,10 @@ pub(super) fn conclude(
     status: StatusRecord,
 ) -> InstanceRecord {
     let error = match (&status.error, status.status) {
-        (Some(e), _) => Some(e.clone()),
+        (Some(e), _) => Some(match &status.at {
+            Some(at) => format!("{e} ({at})"),
+            None => e.clone(),
+        }),
         (None, Status::Skipped) => Some(record.reason.clone()),
         (None, _) => None,
     };
@@ -106,6 +109,7 @@ pub(super) fn interrupted_before_start(inst: &Instance) -> StatusRecord {
 pub(super) fn failed(inst: &Instance, f: Failure) -> StatusRecord {
     StatusRecord {
         exit_code: f.exit_code,
+        at: f.at,
         stderr_tail: f.stderr_tail,
         ..StatusRecord::failed(&inst.label, inst.matrix.clone(), f.class, f.error)
     }

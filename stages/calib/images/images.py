@@ -2,7 +2,8 @@
 """calib/images — a folder of JPEG/PNG images -> float32 NHWC arrays (calibration and held-out), deterministically.
 
 Order: file names sorted (byte order of the names), so the same folder gives the same arrays on every machine. Each
-image: Pillow decode, convert("RGB") (greyscale and RGBA become RGB; alpha dropped), resize with BILINEAR (stretch, or
+image: Pillow decode, convert("RGB") (greyscale and RGBA become RGB; alpha dropped; convert("L") for a model whose
+input has one channel), resize with BILINEAR (stretch, or
 shorter side to fit then centre crop), float32, * scale, (x - mean) / std per channel, channel order as asked.
 images.json records each file's sha256 and where it went. Errors name the file; they are written as {class, message}
 to $HEDDLE_ERROR_FILE.
@@ -22,11 +23,11 @@ class ImageSetError(Exception):
     """The folder or an image cannot be used as asked."""
 
 
-def load_image(path, h, w, mode, scale, mean, std, channels):
+def load_image(path, h, w, mode, scale, mean, std, channels, grey=False):
     from PIL import Image
     try:
         with Image.open(path) as im:
-            im = im.convert("RGB")
+            im = im.convert("L" if grey else "RGB")
             if mode == "stretch":
                 im = im.resize((w, h), Image.BILINEAR)
             else:
@@ -36,6 +37,8 @@ def load_image(path, h, w, mode, scale, mean, std, channels):
                 left, top = (rw - w) // 2, (rh - h) // 2
                 im = im.crop((left, top, left + w, top + h))
             x = np.asarray(im, dtype=np.float32)
+            if grey:
+                x = x[..., None]
     except OSError as e:
         raise ImageSetError(f"failed to read image {path}: {e}") from e
     if channels == "BGR":
@@ -53,25 +56,33 @@ def build(folder, size, meta, mode, scale, mean, std, channels, holdout, limit):
         if not meta:
             raise ImageSetError("set `size = [height, width]` or bind the model's `meta`")
         shape = meta["input_shape_nchw"]
-        if shape[1] != 3:
-            raise ImageSetError(f"the model input has {shape[1]} channels; calib/images makes 3-channel images")
+        if shape[1] not in (1, 3):
+            raise ImageSetError(f"the model input has {shape[1]} channels; calib/images makes 3-channel (RGB, BGR) "
+                                "or 1-channel (greyscale) images")
         size = shape[2:4]
+        grey = shape[1] == 1
+    else:
+        grey = False
     h, w = int(size[0]), int(size[1])
     if len(mean) != 3 or len(std) != 3:
         raise ImageSetError("`mean` and `std` need 3 values (one per channel)")
+    if grey:  # one channel: the three values must agree (the defaults do)
+        if len(set(mean)) != 1 or len(set(std)) != 1:
+            raise ImageSetError("the model takes greyscale images: give `mean` and `std` three equal values")
+        mean, std = mean[:1], std[:1]
     if len(names) <= holdout:
         raise ImageSetError(f"{folder} has {len(names)} images ({', '.join(EXTS)}); need more than holdout = {holdout}")
     arrays, index = [], []
     for i, n in enumerate(names):
         p = os.path.join(folder, n)
-        arrays.append(load_image(p, h, w, mode, scale, mean, std, channels))
+        arrays.append(load_image(p, h, w, mode, scale, mean, std, channels, grey))
         index.append({"file": n, "sha256": hashlib.sha256(open(p, "rb").read()).hexdigest(),
                       "set": "heldout" if i >= len(names) - holdout else "calib"})
     x = np.stack(arrays).astype(np.float32)
     cut = len(names) - holdout
     return x[:cut], x[cut:], {"layout": "NHWC", "dtype": "float32", "size": [h, w], "resize": mode, "scale": scale,
-                              "mean": mean, "std": std, "channels": channels, "calib": cut, "heldout": holdout,
-                              "images": index}
+                              "mean": mean, "std": std, "channels": "grey" if grey else channels, "calib": cut,
+                              "heldout": holdout, "images": index}
 
 
 def read_meta(path):

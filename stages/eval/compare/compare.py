@@ -9,7 +9,8 @@ ONNX model run here, or `--reference`, a .npy of outputs (dfc/infer with SDK_NAT
 channels-last as the DFC returns them: 4-D ones are brought to NCHW, and a file with the reference's sample count and
 size is reshaped to its shape (the DFC's [N, 1, 1, C] for an ONNX [N, C]). Per member and held-out sample: the float
 and the quantised output (an ONNX model runs one batch per call, as its fixed batch takes it); then
-  top-1 agreement  share of samples whose argmax over axis 1 (the channel / class axis) is the same,
+  top-1 agreement  share of samples whose argmax over --top1-axis (default 1, the channel / class axis; -1 for a
+                   sequence model's [N, T, classes]) is the same at every other position,
   max abs diff     max over samples and elements of |q - f|,
   mean abs diff    mean of |q - f|,
   cosine           mean over samples of the cosine similarity of the flattened outputs,
@@ -42,16 +43,17 @@ def session(path):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def outputs(path, meta, x_nchw):
+def outputs(path, meta, x):
+    """The model's `output_name` on each sample of x (in the model's own layout), one fixed batch per call."""
     sess = session(path)
     name_in, name_out = meta["input_name"], meta["output_name"]
     batch = int(meta["input_shape_nchw"][0])
     ys = []
-    for i in range(0, len(x_nchw), batch):
-        chunk = x_nchw[i:i + batch]
+    for i in range(0, len(x), batch):
+        chunk = x[i:i + batch]
         if len(chunk) < batch:  # a fixed batch larger than what is left: pad, keep the real rows
             chunk = np.concatenate([chunk, np.zeros((batch - len(chunk),) + chunk.shape[1:], chunk.dtype)])
-        ys.append(sess.run([name_out], {name_in: chunk})[0][:min(batch, len(x_nchw) - i)])
+        ys.append(sess.run([name_out], {name_in: chunk})[0][:min(batch, len(x) - i)])
     return np.concatenate(ys).astype(np.float64)
 
 
@@ -73,10 +75,12 @@ def member_outputs(path, meta, x, ref):
     return saved_outputs(path, ref) if path.endswith(".npy") else outputs(path, meta, x)
 
 
-def metrics(f, q):
+def metrics(f, q, axis=1):
     f2, q2 = f.reshape(len(f), -1), q.reshape(len(q), -1)
-    top1 = f.argmax(axis=1) if f.ndim > 1 else f
-    top1q = q.argmax(axis=1) if q.ndim > 1 else q
+    if f.ndim > 1 and not (0 < axis % f.ndim):
+        raise ValueError(f"top-1 axis {axis} is the sample axis of outputs shaped {list(f.shape)}")
+    top1 = f.argmax(axis=axis) if f.ndim > 1 else f
+    top1q = q.argmax(axis=axis) if q.ndim > 1 else q
     agree = (top1.reshape(len(f), -1) == top1q.reshape(len(q), -1)).all(axis=1)
     nf, nq = np.linalg.norm(f2, axis=1), np.linalg.norm(q2, axis=1)
     cos = np.where(nf * nq > 0, (f2 * q2).sum(axis=1) / np.maximum(nf * nq, 1e-300), float(np.all(f2 == q2)))
@@ -110,6 +114,7 @@ def main(argv=None):
     ap.add_argument("--heldout", required=True)
     ap.add_argument("--context", action="append", default=[], help="NAME=FOLDER (a gathered input; empty = unbound)")
     ap.add_argument("--title", default="Float vs quantised contexts on held-out images")
+    ap.add_argument("--top1-axis", type=int, default=1, help="the output's class axis for top-1 agreement")
     ap.add_argument("--out-md", required=True)
     ap.add_argument("--out-json", required=True)
     ap.add_argument("--out-plots", required=True)
@@ -120,11 +125,13 @@ def main(argv=None):
 
 
 def evaluate(hs, a):
-    """(meta, held-out images NCHW, one row per member of each context); sets a.reference_label when the reference
+    """(meta, held-out images in the model's layout, one row per member of each context); sets a.reference_label when the reference
     is --float."""
     with open(a.meta) as f:
         meta = json.load(f)
-    x = np.load(a.heldout).transpose(0, 3, 1, 2).astype(np.float32)  # NHWC -> the model's NCHW
+    x = np.load(a.heldout).astype(np.float32)  # NHWC (calib/images)
+    if meta.get("input_layout", "NCHW") == "NCHW":  # onnx/author's meta has no layout: NCHW
+        x = x.transpose(0, 3, 1, 2)
     if bool(a.float) == bool(a.reference):
         raise ValueError("bind exactly one float reference: `float` (an ONNX model) or `reference` (outputs .npy)")
     ref = saved_outputs(a.reference) if a.reference else outputs(a.float, meta, x)
@@ -137,7 +144,7 @@ def evaluate(hs, a):
             row = {"context": name, **{k: str(v) for k, v in matrix.items()}}
             st = status.get("status", "ok" if model else "failed")
             if st == "ok" and model:
-                row.update(status="ok", **metrics(ref, member_outputs(model, meta, x, ref)))
+                row.update(status="ok", **metrics(ref, member_outputs(model, meta, x, ref), a.top1_axis))
             else:
                 row.update(status=st, error=error_of(status))
             rows.append(row)

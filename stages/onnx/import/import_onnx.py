@@ -1,31 +1,76 @@
 #!/usr/bin/env python3
-"""onnx/import — take any ONNX file into the chain: check it, fix its symbolic dimensions, describe it in meta.json.
+"""onnx/import — take any ONNX model into the chain: make it one every later stage takes (normalize.py: weights
+inline, IR 3's initializer inputs dropped, float16 as float32, an old opset upgraded), check it, fix its symbolic
+dimensions, describe it in meta.json; or refuse it here, in one line that says what to do.
 
 meta.json has the keys onnx/author writes (input_name, output_name, start_node, end_node, input_shape_nchw,
-output_shape_nchw, opset, ir_version, batch) plus `source` (the file's sha256, producer) and `dims_fixed`, so
-dfc/translate and the ORT stages need no onnx import of their own. Errors a user can act on are raised as
-ImportModelError with what to set; any exception is written as {class, message} to $HEDDLE_ERROR_FILE.
+output_shape_nchw, opset, ir_version, batch) plus input_layout (NCHW or NHWC) and input_shape (the model's own
+axes), `source` (file, sha256, producer, IR and opset as given) and what was changed (dims_fixed,
+initializer_inputs_dropped, float16_to_float32, constants_to_initializers), so dfc/translate and the ORT stages
+need no onnx import of their own. Errors a user can act on are ImportModelError; any exception is recorded by
+heddle_stage.run (its first line and this stage's frame; the traceback in the log).
 """
 import argparse
-import hashlib
 import json
+import math
 import sys
 
 
-class ImportModelError(Exception):
-    """The model cannot be taken as it is; the message says which param to set."""
+from normalize import ImportModelError  # beside this script (the definition's folder)
+import normalize
+
+LAYOUTS = ("auto", "NCHW", "NHWC")
 
 
-def pick(kind, names, wanted, param):
+def pick_output(names, wanted):
     if wanted:
         if wanted not in names:
-            raise ImportModelError(f"{kind} {wanted!r} (param `{param}`) is not a graph {kind}; the model has: "
+            raise ImportModelError(f"output {wanted!r} (param `output`) is not a graph output; the model has: "
                                    f"{', '.join(names)}")
         return wanted
     if len(names) != 1:
-        raise ImportModelError(f"the model has {len(names)} graph {kind}s ({', '.join(names)}); the chain takes one: "
-                               f"set `with = {{ {param} = \"NAME\" }}`")
+        raise ImportModelError(f"the model has {len(names)} outputs ({', '.join(names)}): name the one to evaluate "
+                               f"with `output` (with = {{ output = \"NAME\" }})")
     return names[0]
+
+
+def pick_input(inputs, wanted):
+    """The one graph input the image chain feeds. A model that needs several cannot be fed by calib/images."""
+    names = [i.name for i in inputs]
+    if wanted and wanted not in names:
+        raise ImportModelError(f"input {wanted!r} (param `input`) is not a graph input; the model has: "
+                               f"{', '.join(names) or 'none'}")
+    if len(names) != 1:
+        raise ImportModelError(f"the model has {len(names)} inputs ({', '.join(names)}); the image chain feeds "
+                               "one: export the model with one image input (the others as constants)")
+    return inputs[0]
+
+
+def declared(vi):
+    """The input's axes as declared: an int, or its symbolic name (\"?\" when unnamed)."""
+    return [int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
+            for d in vi.type.tensor_type.shape.dim]
+
+
+def image_layout(vi, layout):
+    """NCHW or NHWC for a float 4-D input with 1 or 3 channels; anything else is not an image calib/images can
+    make, refused in one line."""
+    from onnx import TensorProto
+    tt = vi.type.tensor_type
+    dims = declared(vi)
+    what = f"input {vi.name!r} is {TensorProto.DataType.Name(tt.elem_type).lower()} [{', '.join(map(str, dims))}]"
+    if tt.elem_type != TensorProto.FLOAT or len(dims) != 4:
+        raise ImportModelError(f"{what}, not an image: the chain calibrates on images (calib/images), which needs a "
+                               "4-D float input (NCHW or NHWC, 1 or 3 channels); this model needs its own "
+                               "calibration data")
+    if layout != "auto":
+        return layout
+    if dims[1] in (1, 3):
+        return "NCHW"
+    if dims[3] in (1, 3):
+        return "NHWC"
+    raise ImportModelError(f"{what}: neither axis 1 nor axis 3 has 1 or 3 channels; set `layout` = \"NCHW\" or "
+                           "\"NHWC\" if it is an image")
 
 
 def fix_dims(value_info, dims, batch, used, shape_param=()):
@@ -85,6 +130,12 @@ def constants_to_initializers(model):
     return moved
 
 
+def fixed(vi):
+    """Whether every axis of `vi` has a size."""
+    tt = vi.type.tensor_type
+    return tt.HasField("shape") and all(d.HasField("dim_value") and d.dim_value > 0 for d in tt.shape.dim)
+
+
 def run_shapes(model, vi_in, in_shape, names):
     import numpy as np
     import onnx
@@ -95,37 +146,46 @@ def run_shapes(model, vi_in, in_shape, names):
     return [o.shape for o in outs]
 
 
-def import_model(path, input_name, output_name, dims, batch, shape=()):
+def import_model(path, input_name, output_name, dims, batch, shape=(), layout="auto", min_opset=13):
     import onnx
     from onnx import shape_inference
-    raw = open(path, "rb").read()
-    model = onnx.load_from_string(raw)
-    onnx.checker.check_model(model)
+    if layout not in LAYOUTS:
+        raise ImportModelError(f"`layout` = {layout!r}; one of {', '.join(LAYOUTS)}")
+    model, source = normalize.load(path)
+    ir_in, opset_in = int(model.ir_version), normalize.default_opset(model)
+    dropped = normalize.drop_initializer_inputs(model)
+    fp16 = normalize.float16_to_float32(model)
+    vi_in = pick_input(list(model.graph.input), input_name)
+    inp = vi_in.name
+    kind = image_layout(vi_in, layout)
+    out = pick_output([o.name for o in model.graph.output], output_name)
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        raise ImportModelError(f"onnx.checker rejects the model: {str(e).strip().splitlines()[0][:200]}") from e
+    model = normalize.upgrade_opset(model, min_opset)
     constants_moved = constants_to_initializers(model)
-    inits = {i.name for i in model.graph.initializer}
-    # Old exporters list initialisers as graph inputs too; they are weights, not inputs.
-    inputs = [i for i in model.graph.input if i.name not in inits]
-    inp = pick("input", [i.name for i in inputs], input_name, "input")
-    out = pick("output", [o.name for o in model.graph.output], output_name, "output")
     used = {}
-    vi_in = next(i for i in inputs if i.name == inp)
+    vi_in = next(i for i in model.graph.input if i.name == inp)
     in_shape = fix_dims(vi_in, dims, batch, used, shape)
-    if len(in_shape) != 4:
-        raise ImportModelError(f"input {inp!r} has shape {in_shape}; the chain takes a 4-D NCHW image tensor")
     unknown = sorted(set(dims) - set(used))
     if unknown:
         raise ImportModelError(f"`dims` names {', '.join(unknown)}, which no symbolic axis of input {inp!r} has")
-    # Outputs: symbolic axes are re-derived by shape inference from the fixed input.
-    # (inference keeps a declared shape, so a symbolic output shape is dropped first).
+    # Outputs: symbolic axes are re-derived by shape inference from the fixed input. Inference keeps a declared
+    # shape, so a symbolic output shape is dropped first, and so is every intermediate one the exporter (or the
+    # version converter) wrote with the old symbolic batch (-1 vs 1 would be a conflict in strict mode).
     for o in model.graph.output:
-        if any(not (d.HasField("dim_value") and d.dim_value > 0) for d in o.type.tensor_type.shape.dim):
+        if not fixed(o):
             o.type.tensor_type.ClearField("shape")
+    del model.graph.value_info[:]
     model = shape_inference.infer_shapes(model, strict_mode=True)
     inferred = {v.name: v for v in model.graph.value_info}
     for o in model.graph.output:
-        if not o.type.tensor_type.HasField("shape") and o.name in inferred:
+        if not o.type.tensor_type.HasField("shape") and o.name in inferred and fixed(inferred[o.name]):
             o.type.tensor_type.shape.CopyFrom(inferred[o.name].type.tensor_type.shape)
-    missing = [o for o in model.graph.output if not o.type.tensor_type.HasField("shape")]
+    missing = [o for o in model.graph.output if not fixed(o)]
+    for o in missing:
+        o.type.tensor_type.ClearField("shape")
     if missing:
         # ONNX shape inference stops at ops whose output shape depends on values (PaddlePaddle's Reshape from a
         # computed shape); run the fixed-shape model once on zeros and take the shapes onnxruntime produces.
@@ -138,22 +198,28 @@ def import_model(path, input_name, output_name, dims, batch, shape=()):
     if None in out_shape or not out_shape:
         raise ImportModelError(f"output {out!r}: shape inference left axes unknown ({out_shape}); name them in `dims`")
     end_node = next((n.name or n.output[0] for n in model.graph.node if out in n.output), out)
-    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=None)
+    nchw = in_shape if kind == "NCHW" else [in_shape[0], in_shape[3], in_shape[1], in_shape[2]]
+    source.update(producer=model.producer_name, producer_version=model.producer_version, ir_version=ir_in,
+                  opset=opset_in, nodes=len(model.graph.node),
+                  parameters=int(sum(math.prod(i.dims) for i in model.graph.initializer)))
     meta = {"input_name": inp, "output_name": out, "start_node": inp, "end_node": end_node,
-            "input_shape_nchw": in_shape, "output_shape_nchw": out_shape,
-            "outputs_per_sample": int(__import__("math").prod(out_shape[1:])),
-            "opset": opset, "ir_version": int(model.ir_version), "batch": f"fixed {in_shape[0]}",
-            "dims_fixed": used, "graph": "imported", "constants_to_initializers": constants_moved,
-            "source": {"sha256": hashlib.sha256(raw).hexdigest(), "producer": model.producer_name,
-                       "producer_version": model.producer_version, "nodes": len(model.graph.node),
-                       "parameters": int(sum(__import__("math").prod(i.dims) for i in model.graph.initializer))}}
+            "input_shape_nchw": nchw, "input_layout": kind, "input_shape": in_shape,
+            "output_shape_nchw": out_shape, "outputs_per_sample": int(math.prod(out_shape[1:])),
+            "opset": normalize.default_opset(model), "ir_version": int(model.ir_version),
+            "batch": f"fixed {in_shape[0]}", "dims_fixed": used, "graph": "imported",
+            "constants_to_initializers": constants_moved, "initializer_inputs_dropped": dropped,
+            "float16_to_float32": fp16, "source": source}
+    if model.ByteSize() >= 2**31 - 2**20:
+        raise ImportModelError("the model is larger than 2 GB, which one ONNX file cannot hold inline; "
+                               "the chain does not take it")
     return model, meta
 
 
 def import_and_save(a):
     """The stage's work on its arguments: import --model, save the fixed model at --out-onnx; returns the meta."""
     import onnx
-    model, meta = import_model(a.model, a.input, a.output, json.loads(a.dims), a.batch, json.loads(a.shape))
+    model, meta = import_model(a.model, a.input, a.output, json.loads(a.dims), a.batch, json.loads(a.shape),
+                               a.layout, a.min_opset)
     onnx.save(model, a.out_onnx)
     return meta
 
@@ -166,6 +232,8 @@ def main(argv=None):
     ap.add_argument("--dims", default="{}", help="JSON object: symbolic dim name -> size")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--shape", default="[]", help="JSON list: the input's size per axis, 0 = as the model says")
+    ap.add_argument("--layout", default="auto", help="the image input's layout: auto, NCHW or NHWC")
+    ap.add_argument("--min-opset", type=int, default=13, help="upgrade a model below this opset")
     ap.add_argument("--out-onnx", required=True)
     ap.add_argument("--out-meta", required=True)
     a = ap.parse_args(argv)
@@ -173,7 +241,8 @@ def main(argv=None):
     meta = hs.run(lambda: import_and_save(a))
     hs.write_json(a.out_meta, meta)
     print(f"imported {meta['input_name']} {meta['input_shape_nchw']} -> {meta['output_name']} "
-          f"{meta['output_shape_nchw']}, opset {meta['opset']}", file=sys.stderr)
+          f"{meta['output_shape_nchw']} ({meta['input_layout']}), IR {meta['source']['ir_version']} -> "
+          f"{meta['ir_version']}, opset {meta['source']['opset']} -> {meta['opset']}", file=sys.stderr)
 
 
 if __name__ == "__main__":
