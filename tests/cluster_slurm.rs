@@ -362,6 +362,7 @@ fn an_evicted_input_is_an_infrastructure_fault_and_is_retried() {
 fn a_cluster_run_without_a_shared_cache_is_refused_with_how_to_set_one() {
     let p = Project::new();
     p.file(".heddle/hosts.toml", "[clusters.hpc]\nkind = \"slurm\"\n");
+    p.trust();
     p.file("fail.toml", &fixture("fail.toml"));
     let run = p.run("fail.toml", &["--cluster", "hpc"]).code(2);
     assert_eq!(

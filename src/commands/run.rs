@@ -13,7 +13,7 @@ use heddle_runner::sched::{self, RunOptions};
 
 use crate::dfc::Route;
 use crate::error::{Error, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, EXIT_STAGE_FAILED};
-use crate::printable::{printable, printable_line, say_err};
+use crate::printable::{printable_line, say_err};
 use crate::progress::{secs, ProgressMode};
 use crate::session::{self, default_jobs, display_rel, PipelineArgs, Session};
 use crate::style::{paint, Stream, Tone};

@@ -17,5 +17,5 @@ mod quoting;
 mod records;
 mod secrets;
 mod select;
-mod trust;
 mod stage_errors;
+mod trust;
