@@ -61,6 +61,15 @@ impl Session {
         )?)
     }
 
+    /// The remote cache itself (not behind the scheduler's interface), for commands that
+    /// inspect it (`cache verify --remote`).
+    pub fn open_remote_cache(
+        &self,
+        project_root: &Path,
+    ) -> Result<Option<heddle_remote::RemoteCache>, Error> {
+        Ok(crate::remote_setup::open_cache(project_root, &self.remote)?)
+    }
+
     /// Where `uses` finds heddle's own stage library, extracted from the binary.
     pub fn stage_lib(&self) -> PathBuf {
         self.cache_dir.join("stage-lib")

@@ -60,7 +60,7 @@ async fn a_garbage_entry_is_a_typed_error() {
     )
     .unwrap();
     let b = local();
-    let err = heddle_remote::fetch_action(&*remote, b.store.clone(), entry.key)
+    let err = heddle_remote::fetch_action(&*remote, b.store.clone(), entry.key, &rules(), None)
         .await
         .unwrap_err();
     assert!(matches!(err, RemoteError::BadEntry { .. }), "{err:?}");
@@ -68,7 +68,7 @@ async fn a_garbage_entry_is_a_typed_error() {
 
     // An entry stored under another action's key is refused too.
     let other = make_action(&a, 6, 1000);
-    heddle_remote::push_action(&*remote, &a.store, &other)
+    heddle_remote::push_action(&*remote, &a.store, &other, &signer())
         .await
         .unwrap();
     std::fs::copy(
@@ -76,7 +76,7 @@ async fn a_garbage_entry_is_a_typed_error() {
         dir.path().join(format!("ac/{}.json", entry.key)),
     )
     .unwrap();
-    let err = heddle_remote::fetch_action(&*remote, b.store.clone(), entry.key)
+    let err = heddle_remote::fetch_action(&*remote, b.store.clone(), entry.key, &rules(), None)
         .await
         .unwrap_err();
     assert_eq!(
@@ -99,7 +99,7 @@ async fn an_entry_naming_a_missing_blob_is_not_recorded() {
     std::fs::remove_file(dir.path().join(format!("cas/{model}"))).unwrap();
     let b = local();
     let started = Instant::now();
-    let err = heddle_remote::fetch_action(&*remote, b.store.clone(), entry.key)
+    let err = heddle_remote::fetch_action(&*remote, b.store.clone(), entry.key, &rules(), None)
         .await
         .unwrap_err();
     assert!(started.elapsed() < hang_bound(short_timeouts()));

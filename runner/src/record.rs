@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 pub use heddle_schema::{
-    Cause, ErrorClass, InstanceRecord, RunRecord, RunStatus, Status, StatusRecord,
+    Cause, ErrorClass, InstanceRecord, RemoteSigner, RunRecord, RunStatus, Status, StatusRecord,
 };
 
 pub fn runs_dir(root: &Path) -> PathBuf {
