@@ -258,7 +258,7 @@ pub async fn read_entry(
         .map_err(|reason| RemoteError::Untrusted {
             key,
             remote: remote.name().to_string(),
-            reason,
+            reason: Box::new(reason),
         })?;
     if let Some(declared) = declared {
         if !entry.outputs.keys().eq(declared.iter()) {

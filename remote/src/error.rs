@@ -143,7 +143,8 @@ pub enum RemoteError {
     Untrusted {
         key: Digest,
         remote: String,
-        reason: crate::trust::Untrusted,
+        /// Boxed: a key it names is ~200 bytes (an ed25519 public key, decompressed).
+        reason: Box<crate::trust::Untrusted>,
     },
     /// A tree manifest on the remote hashed right but is not one heddle would accept (a path
     /// out of the tree, an entry beneath a symlink, ...); nothing it lists was fetched.

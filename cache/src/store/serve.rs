@@ -176,7 +176,7 @@ impl Store {
                             path,
                         } => {
                             let first = placed.get(&(*digest, *executable));
-                            if !first.is_some_and(|first| fs::hard_link(first, &at).is_ok()) {
+                            if first.is_none_or(|first| fs::hard_link(first, &at).is_err()) {
                                 self.require_served(digest, *size, serve)?;
                                 self.place_file(digest, &at, *size, *executable)?;
                                 placed.insert((*digest, *executable), at.clone());
