@@ -85,6 +85,13 @@ pub enum Error {
         #[source]
         source: heddle_runner::shared_cache::SharedCacheError,
     },
+    /// `heddle cache verify --remote` could not reach the remote.
+    #[error("failed to verify remote cache {remote}: it is unavailable")]
+    RemoteUnavailable {
+        remote: String,
+        #[source]
+        source: Box<heddle_remote::RemoteError>,
+    },
     /// A command that needs a shared cache, with none configured.
     #[error("no remote cache configured")]
     NoRemote,

@@ -16,6 +16,7 @@ mod error;
 mod printable;
 mod progress;
 mod remote_cache;
+mod remote_setup;
 mod session;
 mod style;
 mod trust;

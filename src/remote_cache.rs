@@ -6,134 +6,60 @@ use std::path::Path;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Mutex;
 
 use heddle_cache::{ActionEntry, Digest, OutputEntry, Store};
-use heddle_remote::{
-    open_backend, resolve_remote_trusting, PushOutcome, RemoteBackend, RemoteCache, RemoteError,
-    RemoteMode, RemoteSettings, Timeouts,
-};
+use heddle_remote::{PushOutcome, RemoteCache, RemoteError, Writer};
 use heddle_runner::key::{KeyParts, Reason};
 use heddle_runner::sched::{CacheHistory, History};
 use heddle_runner::shared_cache::RemoteGate;
-use heddle_runner::shared_cache::{SharedCache, SharedCacheError};
+use heddle_runner::shared_cache::{FailureKind, RemoteSigner, SharedCache, SharedCacheError};
 
-/// The `--remote-cache` / `--remote-cache-mode` flags of a command.
-#[derive(Debug, Clone, Default)]
-pub struct RemoteFlags {
-    pub url: Option<String>,
-    pub mode: Option<String>,
-}
-
-/// Why no remote could be set up: a configuration the user must fix (exit 2).
-#[derive(Debug, thiserror::Error)]
-pub enum RemoteSetupError {
-    #[error(transparent)]
-    Config(#[from] Box<heddle_remote::ConfigError>),
-    #[error("cannot use remote cache {url}")]
-    Open {
-        url: String,
-        #[source]
-        source: Box<RemoteError>,
-    },
-}
+pub use crate::remote_setup::{RemoteFlags, RemoteSetupError};
 
 /// The remote this command uses, from (lowest first) the user config, the project's
-/// `.heddle/config.toml`, `HEDDLE_REMOTE_CACHE[_MODE]` and the flags. `Ok(None)`: none.
+/// `.heddle/config.toml`, `HEDDLE_REMOTE_CACHE[_MODE]` and the flags, with the trust files and
+/// signing key (`remote_setup.rs`). `Ok(None)`: none.
 pub fn open(
     project_root: &Path,
     flags: &RemoteFlags,
     store: Arc<Store>,
 ) -> Result<Option<Arc<dyn SharedCache>>, RemoteSetupError> {
-    let env = |k: &str| std::env::var(k).ok();
-    let Some(settings) = resolve(project_root, flags, &env)? else {
+    let Some(cache) = crate::remote_setup::open_cache(project_root, flags)? else {
         return Ok(None);
     };
-    let backend = open_backend(&settings, &env, Timeouts::default()).map_err(|source| {
-        RemoteSetupError::Open {
-            url: settings.url.to_string(),
-            source: Box::new(source),
-        }
-    })?;
-    Ok(Some(Arc::new(RemoteBridge {
-        cache: RemoteCache::with_backend(backend.clone(), settings.mode),
-        remote: backend,
-        store,
-    })))
-}
-
-/// The settings the user's layers and a trusted project give ([`crate::trust`]). An untrusted
-/// project's `.heddle/config.toml` may only turn the remote down; when it asks for more, one
-/// warning says what was not used and how to allow it.
-fn resolve(
-    project_root: &Path,
-    flags: &RemoteFlags,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Option<RemoteSettings>, RemoteSetupError> {
-    let (url, mode) = (flags.url.as_deref(), flags.mode.as_deref());
-    let file = project_root.join(".heddle").join("config.toml");
-    if !file.is_file() {
-        // No project layer: nothing to trust, one resolution.
-        return Ok(resolve_remote_trusting(project_root, env, url, mode, true).map_err(Box::new)?);
-    }
-    let trust = crate::trust::check(project_root, env);
-    let asked = resolve_remote_trusting(project_root, env, url, mode, true).map_err(Box::new)?;
-    if trust.is_trusted() {
-        return Ok(asked);
-    }
-    let own = resolve_remote_trusting(project_root, env, url, mode, false).map_err(Box::new)?;
-    if own != asked {
-        let what = match &asked {
-            Some(s) => format!(
-                "the remote cache settings ({} {})",
-                s.url,
-                mode_word(s.mode)
-            ),
-            None => "the remote cache settings".into(),
-        };
-        crate::trust::warn_ignored(project_root, &file, &what, trust);
-    }
-    Ok(own)
-}
-
-fn mode_word(m: RemoteMode) -> &'static str {
-    if m.can_write() {
-        "readwrite"
-    } else {
-        "read"
-    }
-}
-
-/// The remote this command uses, as an address another heddle's `--remote-cache` takes (a
-/// cluster job's worker), and whether it may be written. `Ok(None)`: none configured. The same
-/// trust rule as every other command: an untrusted project's file cannot choose it.
-pub fn address(
-    project_root: &Path,
-    flags: &RemoteFlags,
-) -> Result<Option<(String, bool)>, RemoteSetupError> {
-    let env = |k: &str| std::env::var(k).ok();
-    let settings = resolve(project_root, flags, &env)?;
-    Ok(settings.map(|s| (s.url.to_string(), s.mode.can_write())))
+    Ok(Some(Arc::new(RemoteBridge { cache, store })))
 }
 
 struct RemoteBridge {
     cache: RemoteCache,
-    /// The same backend, for reading an entry alone (`heddle plan`).
-    remote: Arc<dyn RemoteBackend>,
     store: Arc<Store>,
 }
 
 fn shared_error(e: RemoteError) -> SharedCacheError {
+    let kind = match &e {
+        e if e.is_unavailable() => FailureKind::Unavailable,
+        RemoteError::Untrusted { .. } => FailureKind::Untrusted,
+        _ => FailureKind::Invalid,
+    };
     SharedCacheError {
-        unavailable: e.is_unavailable(),
+        kind,
         message: heddle_cache::error_chain(&e),
+    }
+}
+
+/// How a record names a writer.
+pub fn signer_of(writer: &Writer) -> RemoteSigner {
+    RemoteSigner {
+        name: writer.name.clone(),
+        key: writer.key.to_string(),
     }
 }
 
 impl SharedCache for RemoteBridge {
     fn describe(&self) -> String {
-        self.remote.name().to_string()
+        self.cache.name().to_string()
     }
 
     fn writable(&self) -> bool {
@@ -142,14 +68,14 @@ impl SharedCache for RemoteBridge {
 
     fn entry(&self, key: Digest) -> BoxFuture<'_, Result<Option<ActionEntry>, SharedCacheError>> {
         Box::pin(async move {
-            let limit = self.remote.timeouts().request;
-            let bytes = match tokio::time::timeout(limit, self.remote.get_action(key)).await {
-                Ok(Ok(Some(bytes))) => bytes,
-                Ok(Ok(None)) => return Ok(None),
-                Ok(Err(e)) => return Err(shared_error(e)),
+            // Checked as a fetch checks it (bounded read, the key, the signature). `plan`
+            // waits one request timeout, not a fetch's whole retry budget.
+            let limit = self.cache.backend().timeouts().request;
+            let found = match tokio::time::timeout(limit, self.cache.read_entry(key, None)).await {
+                Ok(found) => found.map_err(shared_error)?,
                 Err(_) => {
                     return Err(SharedCacheError {
-                        unavailable: true,
+                        kind: FailureKind::Unavailable,
                         message: format!(
                             "no answer within {} s reading action entry {key}",
                             limit.as_secs()
@@ -157,25 +83,23 @@ impl SharedCache for RemoteBridge {
                     })
                 }
             };
-            let bad = |reason: String| SharedCacheError {
-                unavailable: false,
-                message: format!("action entry {key} from {}: {reason}", self.remote.name()),
-            };
-            let entry: ActionEntry =
-                serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
-            if entry.key != key {
-                return Err(bad(format!("it is the entry of action {}", entry.key)));
-            }
-            Ok(Some(entry))
+            Ok(found.map(|(entry, _)| entry))
         })
     }
 
-    fn fetch(&self, key: Digest) -> BoxFuture<'_, Result<bool, SharedCacheError>> {
+    fn fetch(
+        &self,
+        key: Digest,
+        outputs: Vec<String>,
+    ) -> BoxFuture<'_, Result<Option<RemoteSigner>, SharedCacheError>> {
         Box::pin(async move {
-            match self.cache.fetch_action(key, &self.store).await {
-                Ok(found) => Ok(found.is_some()),
-                Err(e) => Err(shared_error(e)),
-            }
+            let declared: BTreeSet<String> = outputs.into_iter().collect();
+            let fetched = self
+                .cache
+                .fetch_action(key, &self.store, Some(&declared))
+                .await
+                .map_err(shared_error)?;
+            Ok(fetched.and_then(|(_, report)| report.signer.as_ref().map(signer_of)))
         })
     }
 

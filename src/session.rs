@@ -64,7 +64,16 @@ impl Session {
 
     /// The shared cache's address and writability for `project_root`, if one is configured.
     pub fn remote_address(&self, project_root: &Path) -> Result<Option<(String, bool)>, Error> {
-        Ok(crate::remote_cache::address(project_root, &self.remote)?)
+        Ok(crate::remote_setup::address(project_root, &self.remote)?)
+    }
+
+    /// The remote cache itself (not behind the scheduler's interface), for commands that
+    /// inspect it (`cache verify --remote`).
+    pub fn open_remote_cache(
+        &self,
+        project_root: &Path,
+    ) -> Result<Option<heddle_remote::RemoteCache>, Error> {
+        Ok(crate::remote_setup::open_cache(project_root, &self.remote)?)
     }
 
     /// Where `uses` finds heddle's own stage library, extracted from the binary.

@@ -20,7 +20,13 @@ use std::path::{Path, PathBuf};
 use heddle_cache::Digest;
 
 /// The project files whose content a trust covers, relative to the project root.
-pub const PROJECT_FILES: [&str; 2] = [".heddle/config.toml", ".heddle/hosts.toml"];
+/// `trusted-writers` names whose signed entries from the shared cache are accepted: a project's
+/// copy counts only once trusted, like the other two.
+pub const PROJECT_FILES: [&str; 3] = [
+    ".heddle/config.toml",
+    ".heddle/hosts.toml",
+    ".heddle/trusted-writers",
+];
 
 /// Bump when what [`content_digest`] covers changes: every recorded trust lapses.
 const TRUST_VERSION: &str = "heddle/trust/v1";

@@ -50,17 +50,33 @@ fn setup(what: &str, gres: &str, extra: &str) -> Option<Setup> {
     );
     // The project's hosts.toml names the cluster: it is used only once the user trusts it.
     p.trust();
+    writer(&p);
     let remote = tempfile::tempdir().unwrap();
     Some(Setup { p, slurm, remote })
+}
+
+/// This user as a trusted writer of the shared cache (the driver uploads each action, the
+/// worker its result): a signing key from `heddle cache keygen` in the user's config folder,
+/// and its line in the user's own trusted-writers. The jobs inherit the environment, so the
+/// worker signs with the same key.
+fn writer(p: &Project) {
+    let out = p.heddle(&["cache", "keygen"]).ok().stdout;
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("ed25519:"))
+        .unwrap_or_else(|| panic!("no key line in\n{out}"));
+    p.file(".user-config/trusted-writers", &format!("{line}\n"));
 }
 
 impl Setup {
     fn cmd(&self, args: &[&str]) -> std::process::Command {
         let mut c = self.p.cmd(args);
-        c.env("SLURM_CONF", &self.slurm.conf).env(
-            "HEDDLE_REMOTE_CACHE",
-            format!("file://{}", self.remote.path().display()),
-        );
+        c.env("SLURM_CONF", &self.slurm.conf)
+            .env("HEDDLE_REMOTE_CACHE_MODE", "readwrite")
+            .env(
+                "HEDDLE_REMOTE_CACHE",
+                format!("file://{}", self.remote.path().display()),
+            );
         c
     }
 
@@ -166,7 +182,7 @@ fn a_failed_stage_s_error_line_reaches_the_run_record() {
     let run = s.run("fail.toml", &[]).code(1);
     assert_contains(
         &run.stderr,
-        "calibrate FAILED ValueError: calibration set is empty",
+        "FAILED  calibrate  ValueError: calibration set is empty",
     );
     let rec = s.record();
     let i = instance(&rec, "calibrate");
@@ -363,6 +379,7 @@ fn a_cluster_run_without_a_shared_cache_is_refused_with_how_to_set_one() {
     let p = Project::new();
     p.file(".heddle/hosts.toml", "[clusters.hpc]\nkind = \"slurm\"\n");
     p.trust();
+    writer(&p);
     p.file("fail.toml", &fixture("fail.toml"));
     let run = p.run("fail.toml", &["--cluster", "hpc"]).code(2);
     assert_eq!(

@@ -42,6 +42,27 @@ fn with_remote(p: &Project, remote: &Remote, args: &[&str]) -> Run {
     remote_cmd(p, remote, args).output().unwrap().into()
 }
 
+/// `heddle ARGS` in `p` as a writer: readwrite mode (read is the default), entries signed
+/// with the key [`writer`] made.
+fn as_writer(p: &Project, remote: &Remote, args: &[&str]) -> Run {
+    remote_cmd(p, remote, args)
+        .env("HEDDLE_REMOTE_CACHE_MODE", "readwrite")
+        .output()
+        .unwrap()
+        .into()
+}
+
+/// Make `p` a writer (`heddle cache keygen`); the line a reader's trust file needs.
+fn writer(p: &Project) -> String {
+    let r = p.heddle(&["cache", "keygen", "--name", "writer"]).ok();
+    r.stdout.lines().last().unwrap().to_string()
+}
+
+/// `p` trusts the writer whose line this is.
+fn trusting(p: &Project, line: &str) {
+    p.file(".heddle/trusted-writers", &format!("{line}\n"));
+}
+
 struct Remote {
     server: Server,
     url: String,
@@ -98,11 +119,13 @@ fn outputs(p: &Project) -> Vec<(PathBuf, Vec<u8>)> {
 
 fn second_engineer_executes_nothing(remote: Remote) {
     let a = engineer();
-    with_remote(&a, &remote, &["run", "--progress", "plain"]).ok();
+    let line = writer(&a);
+    as_writer(&a, &remote, &["run", "--progress", "plain"]).ok();
     let rec = a.last_record();
     assert_eq!(cached_flags(&rec, "make"), (false, false));
 
     let b = engineer();
+    trusting(&b, &line);
     let plan = with_remote(&b, &remote, &["plan"]).ok();
     assert!(
         plan.stdout.contains("make") && plan.stdout.matches("(remote)").count() == 2,
@@ -140,7 +163,8 @@ fn reapi_second_cache_dir_executes_nothing_and_gets_identical_outputs() {
 fn a_corrupted_blob_in_the_bucket_is_recomputed_never_served() {
     let Some(remote) = s3("corrupt") else { return };
     let a = engineer();
-    with_remote(&a, &remote, &["run", "--progress", "plain"]).ok();
+    let line = writer(&a);
+    as_writer(&a, &remote, &["run", "--progress", "plain"]).ok();
     // Every blob in the bucket gets one flipped byte, behind heddle's back.
     boto(
         &remote.server,
@@ -152,6 +176,7 @@ fn a_corrupted_blob_in_the_bucket_is_recomputed_never_served() {
         ),
     );
     let b = engineer();
+    trusting(&b, &line);
     let run = with_remote(&b, &remote, &["run", "--progress", "plain"]).ok();
     assert_eq!(
         run.stderr.matches("failed verification").count(),
@@ -183,7 +208,9 @@ fn a_server_killed_mid_run_costs_one_warning_and_the_run_completes() {
             ),
         ),
     );
+    writer(&p);
     let child = remote_cmd(&p, &remote, &["run", "--progress", "plain"])
+        .env("HEDDLE_REMOTE_CACHE_MODE", "readwrite")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -212,7 +239,8 @@ fn cache_push_uploads_what_a_lock_file_names() {
     // A run with no remote: everything is local only.
     a.run("pipelines/shared.toml", &[]).ok();
     assert!(a.path("pipelines/shared.lock").exists());
-    let push = with_remote(
+    let line = writer(&a);
+    let push = as_writer(
         &a,
         &remote,
         &["cache", "push", "--lock", "pipelines/shared.lock"],
@@ -221,6 +249,7 @@ fn cache_push_uploads_what_a_lock_file_names() {
     assert_contains(&push.stdout, "pushed 2 actions");
 
     let b = engineer();
+    trusting(&b, &line);
     with_remote(&b, &remote, &["run", "--progress", "plain"]).ok();
     let rec = b.last_record();
     assert_eq!(cached_flags(&rec, "make"), (true, true));
@@ -231,13 +260,16 @@ fn cache_push_uploads_what_a_lock_file_names() {
 fn read_mode_never_uploads() {
     let Some(remote) = s3("readonly") else { return };
     let a = engineer();
-    with_remote(
+    let line = writer(&a);
+    // The flag wins over the environment's readwrite.
+    as_writer(
         &a,
         &remote,
         &["run", "--progress", "plain", "--remote-cache-mode", "read"],
     )
     .ok();
     let b = engineer();
+    trusting(&b, &line);
     with_remote(&b, &remote, &["run", "--progress", "plain"]).ok();
     assert_eq!(cached_flags(&b.last_record(), "make"), (false, false));
 }
@@ -345,6 +377,65 @@ fn a_remote_header_without_a_name_is_a_user_error_that_does_not_print_it() {
     let r = r.code(2);
     assert_contains(&r.stderr, "failed to read the headers for remote cache grpc://127.0.0.1:1/main: an entry of HEDDLE_REMOTE_HEADERS has no `=`: expected name=value");
     assert_lacks(&r.stderr, "s3cr3t");
+}
+
+#[test]
+fn a_header_written_the_http_way_is_refused_without_printing_the_token() {
+    let p = engineer();
+    // `Name: value` with base64 padding: the text before the first `=` is the token.
+    let r: Run = p
+        .cmd(&["plan", "--remote-cache", "grpc://127.0.0.1:1/main"])
+        .env(
+            "HEDDLE_REMOTE_HEADERS",
+            "Authorization: Bearer s3cr3tT0ken==",
+        )
+        .output()
+        .unwrap()
+        .into();
+    let r = r.code(2);
+    assert_contains(&r.stderr, "failed to read the headers for remote cache grpc://127.0.0.1:1/main: an entry of HEDDLE_REMOTE_HEADERS does not start with a header name (its text is not shown); expected name=value, e.g. authorization=Bearer <token>");
+    assert_lacks(&r.all().to_lowercase(), "s3cr3tt0ken");
+}
+
+#[test]
+fn a_webdav_password_holding_a_slash_never_reaches_a_message() {
+    let p = engineer();
+    for command in [&["plan"][..], &["run", "--progress", "plain"][..]] {
+        let r: Run = p
+            .cmd(command)
+            .env(
+                "HEDDLE_REMOTE_CACHE",
+                "webdav+http://alice:pa55/w0rd@127.0.0.1:1/heddle",
+            )
+            .output()
+            .unwrap()
+            .into();
+        let r = r.code(2);
+        assert_contains(
+            &r.stderr,
+            "failed to use the remote cache URL from HEDDLE_REMOTE_CACHE",
+        );
+        assert_contains(&r.stderr, "write a `/` in the user or password as %2F");
+        assert_lacks(&r.all(), "pa55");
+        assert_lacks(&r.all(), "w0rd");
+    }
+    // Written as %2F, it works: the server is down, so the run warns once, without it.
+    let r: Run = p
+        .cmd(&["run", "--progress", "plain"])
+        .env(
+            "HEDDLE_REMOTE_CACHE",
+            "webdav+http://alice:pa55%2Fw0rd@127.0.0.1:1/heddle",
+        )
+        .output()
+        .unwrap()
+        .into();
+    let r = r.ok();
+    assert_contains(
+        &r.stderr,
+        "remote cache webdav+http://127.0.0.1:1/heddle is unavailable",
+    );
+    assert_lacks(&r.all(), "pa55");
+    assert_lacks(&r.all(), "w0rd");
 }
 
 #[test]

@@ -23,8 +23,13 @@ proj="$work/p"
 mkdir -p "$proj/.heddle"
 echo hi >"$proj/src.txt"
 python3 benches/scale/gen.py matrix "$N" 0 "$proj"
+# The full run writes (readwrite, entries signed with a bench key); every run trusts that key,
+# so the remote-only no-op pays for checking every signature.
+export HEDDLE_SIGNING_KEY_FILE="$work/signing.key"
+rm -f "$HEDDLE_SIGNING_KEY_FILE"
+"$bin" cache keygen --name bench | tail -n 1 >"$proj/.heddle/trusted-writers"
 # The full run fills the local cache and uploads every action (write-back).
-(cd "$proj" && "$bin" --cache-dir "$work/full-cache" run -j 2 p.toml >/dev/null 2>"$work/full.log")
+(cd "$proj" && HEDDLE_REMOTE_CACHE_MODE=readwrite "$bin" --cache-dir "$work/full-cache" run -j 2 p.toml >/dev/null 2>"$work/full.log")
 grep -q "0 fetched, $((N + 1)) uploaded" "$work/full.log" || { cat "$work/full.log" >&2; exit 1; }
 
 # Every object under the prefix, for curl's transfer-only baseline.

@@ -50,6 +50,14 @@ pub enum CacheError {
     MissingBlob { digest: Digest },
     #[error("failed to serve blob {digest}: its content no longer matches its digest (removed from the store)")]
     CorruptBlob { digest: Digest },
+    /// An entry or manifest gives a blob another size than the stored blob has, and the blob
+    /// still hashes to its name: the record is wrong, not the blob, which is kept.
+    #[error("failed to serve blob {digest}: it is recorded as {expected} bytes but has {actual} (the record is wrong; the blob is kept)")]
+    WrongSize {
+        digest: Digest,
+        expected: u64,
+        actual: u64,
+    },
     #[error("failed to decode tree manifest {digest}: {reason}")]
     BadTree { digest: Digest, reason: String },
     #[error("failed to encode action entry {key}")]

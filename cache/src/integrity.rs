@@ -97,11 +97,19 @@ impl Store {
         if stat_ok && self.verified.contains(d) {
             return Ok(());
         }
-        if meta.is_file() && meta.len() == size && hash_file(&p)? == *d {
-            if !stat_ok {
+        if meta.is_file() && hash_file(&p)? == *d {
+            if meta.modified().ok() != Some(blob_mtime()) {
                 fsutil::reset_blob_mtime(&p).map_err(CacheError::io("set mtime of", &p))?;
             }
             self.mark_verified(d);
+            // The blob is good; the record that gave `size` is not (a remote's entry may lie).
+            if meta.len() != size {
+                return Err(CacheError::WrongSize {
+                    digest: *d,
+                    expected: size,
+                    actual: meta.len(),
+                });
+            }
             return Ok(());
         }
         let _ = self.quarantine(d);

@@ -10,7 +10,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use heddle_cache::{ActionEntry, Digest, Store};
-use heddle_remote::{fetch_action, push_action, OpendalCache, RemoteUrl, S3Settings, Timeouts};
+use heddle_remote::{
+    fetch_action, push_action, OpendalCache, ReadRules, RemoteUrl, S3Settings, SigningKey,
+    Timeouts, TrustedWriters,
+};
 
 // heddle's own allocator: with glibc's, every large chunk buffer was a fresh mmap whose pages
 // the kernel zeroed, a cost the heddle binary does not pay.
@@ -30,6 +33,12 @@ fn main() {
         OpendalCache::open(&url, &S3Settings::default(), &env, Timeouts::default()).unwrap();
     let store = Arc::new(Store::open(Path::new(&args[3])).unwrap());
     let key = Digest::of_bytes(b"heddle remote bench");
+    // A fixed key both sides agree on: the bench measures transfers, signed as heddle signs.
+    let signer = SigningKey::from_seed([7; 32]);
+    let rules = ReadRules {
+        writers: TrustedWriters::of([(signer.public(), "bench".to_string())]),
+        ..ReadRules::default()
+    };
     match args[1].as_str() {
         "push" => {
             let out = store.put_output(Path::new(&args[4])).unwrap();
@@ -43,12 +52,13 @@ fn main() {
                 meta: serde_json::json!({}),
             };
             store.record_action(&entry).unwrap();
-            rt.block_on(push_action(&remote, &store, &entry)).unwrap();
+            rt.block_on(push_action(&remote, &store, &entry, &signer))
+                .unwrap();
             println!("{}", out.digest());
         }
         "fetch" => {
             let (_, report) = rt
-                .block_on(fetch_action(&remote, store.clone(), key))
+                .block_on(fetch_action(&remote, store.clone(), key, &rules, None))
                 .unwrap()
                 .expect("pushed first");
             assert_eq!(report.blobs_fetched, 1);

@@ -41,7 +41,15 @@ pub struct Timeouts {
     /// Retries of a request that failed transiently (a 5xx, a reset connection, a timeout),
     /// with exponential backoff from [`RETRY_MIN_DELAY`] up to [`RETRY_MAX_DELAY`].
     pub retries: usize,
+    /// The floor throughput of a body the remote sends, in bytes per second, after a grace of
+    /// `request`: a blob of `n` bytes must have arrived by `request + n / min_rate`, however
+    /// steadily its chunks trickle in (`bounded.rs`).
+    pub min_rate: u64,
 }
+
+/// The default floor throughput: 1 MiB/s. A link slower than that is slower than most stages
+/// worth caching remotely; a 1 GiB blob still has 17 minutes.
+pub const MIN_RATE: u64 = 1024 * 1024;
 
 /// First backoff between retries; doubled each time, with jitter so that writers that
 /// collided do not collide again.
@@ -54,6 +62,7 @@ impl Default for Timeouts {
             request: Duration::from_secs(30),
             idle: Duration::from_secs(30),
             retries: 3,
+            min_rate: MIN_RATE,
         }
     }
 }
@@ -129,26 +138,6 @@ pub(crate) async fn bounded<T>(
             object: object(),
             remote: remote.name().to_string(),
             secs: limit.as_secs(),
-        }),
-    }
-}
-
-/// The next chunk of a blob body; a [`RemoteError::Timeout`] when none came within the idle
-/// timeout (a stalled transfer), `None` at the end.
-pub(crate) async fn next_chunk(
-    remote: &dyn RemoteBackend,
-    body: &mut BlobStream,
-    digest: Digest,
-) -> Result<Option<Bytes>, RemoteError> {
-    use futures_util::StreamExt;
-    let idle = remote.timeouts().idle;
-    match tokio::time::timeout(idle, body.next()).await {
-        Ok(next) => next.transpose(),
-        Err(_) => Err(RemoteError::Timeout {
-            op: "read",
-            object: format!("blob {digest}"),
-            remote: remote.name().to_string(),
-            secs: idle.as_secs(),
         }),
     }
 }

@@ -9,7 +9,7 @@
 //! [cache]
 //! remote = "s3://team-bucket/heddle"     # or webdav+http://host:port/path, file:///mnt/nfs/heddle,
 //!                                        # grpc://host:port/instance (a REAPI server)
-//! remote_mode = "readwrite"              # or "read": never upload
+//! remote_mode = "readwrite"              # default "read": never upload
 //! s3_endpoint = "http://minio.lan:9000"  # optional; else AWS_ENDPOINT_URL, else AWS itself
 //! s3_region = "eu-west-1"                # optional; else AWS_REGION / AWS_DEFAULT_REGION
 //! ```
@@ -29,10 +29,12 @@ use crate::{RemoteError, RemoteUrl};
 /// Whether a run may upload to the remote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum RemoteMode {
-    /// Read-through only.
-    Read,
-    /// Read-through and write-back. The default: a remote someone configured is meant to fill.
+    /// Read-through only. The default: what a shared cache holds decides every reader's
+    /// results, so writing is for the builders a team chose (CI), who opt in and sign what
+    /// they write (`signing.rs`).
     #[default]
+    Read,
+    /// Read-through and write-back, entries signed with this machine's key.
     ReadWrite,
 }
 

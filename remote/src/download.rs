@@ -1,8 +1,10 @@
 //! Read-through: [`fetch_blob`] (remote → a file, hashed as it streams) and [`fetch_action`],
 //! which brings an action's entry and every blob it names into the local store, each blob
 //! hashed once while it streams into the store ([`heddle_cache::BlobImport`]) and each tree
-//! manifest validated before anything it lists is fetched.
+//! manifest validated before anything it lists is fetched. Every body is read through
+//! [`BoundedBody`]: no more bytes than the object may have, no slower than the floor.
 
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -13,7 +15,10 @@ use heddle_cache::{
 use sha2::{Digest as _, Sha256};
 use tokio::io::AsyncWriteExt;
 
-use crate::backend::{bounded, next_chunk, BlobStream, RemoteBackend};
+use crate::backend::{bounded, BlobStream, RemoteBackend};
+use crate::bounded::BoundedBody;
+use crate::signing::EntrySignature;
+use crate::trust::{TrustedWriters, Writer};
 use crate::RemoteError;
 
 /// Bytes gathered before one write to the local store: large enough that handing a batch to a
@@ -29,23 +34,31 @@ const MAX_MANIFEST_BYTES: u64 = 256 * 1024 * 1024;
 /// `Ok(Some(size))` only when the bytes hash to `digest`; on a mismatch `dest` is removed and
 /// [`RemoteError::CorruptBlob`] returned. `Ok(None)`: the remote does not have it. Memory use
 /// is a few chunks, whatever the blob's size.
-/// `size` is the blob's, when known (a REAPI remote needs it).
+/// `size` is the blob's, when known (a REAPI remote needs it); no more bytes than that are
+/// read, and none slower than the floor throughput (`bounded.rs`).
 pub async fn fetch_blob(
     remote: &dyn RemoteBackend,
     digest: Digest,
     size: Option<u64>,
     dest: &Path,
 ) -> Result<Option<u64>, RemoteError> {
-    let Some(mut body) = open_blob(remote, digest, size).await? else {
+    let Some(body) = open_blob(remote, digest, size).await? else {
         return Ok(None);
     };
+    let mut body = BoundedBody::new(
+        body,
+        format!("blob {digest}"),
+        remote.name(),
+        remote.timeouts(),
+        size.unwrap_or(u64::MAX),
+    );
     let result = async {
         let mut file = tokio::fs::File::create(dest)
             .await
             .map_err(RemoteError::local_io("create", dest))?;
         let mut hasher = Sha256::new();
         let mut size = 0u64;
-        while let Some(chunk) = next_chunk(remote, &mut body, digest).await? {
+        while let Some(chunk) = body.next().await? {
             hasher.update(&chunk);
             size += chunk.len() as u64;
             file.write_all(&chunk)
@@ -98,20 +111,55 @@ pub struct FetchReport {
     pub bytes_fetched: u64,
     /// Blobs the local store already had.
     pub blobs_present: u64,
+    /// Who signed the entry (always a trusted writer).
+    pub signer: Option<Writer>,
 }
 
-/// Read-through for one action: read its entry from the remote, fetch every blob it names
-/// that the local store lacks (a tree's manifest first, validated like any untrusted manifest,
-/// then the files it lists), verify each by sha256 as it streams in, and record the entry in
-/// `local` last. `Ok(None)`: the remote has no entry for `key`. On any error nothing is
-/// recorded (blobs already fetched stay, as verified content-addressed blobs that `gc` may
-/// collect).
+/// What a reader accepts from a remote beyond hashes: whose entries, and how much one entry
+/// may expand to. The same for every action read from one remote.
+#[derive(Clone, Debug)]
+pub struct ReadRules {
+    /// The writers whose signed entries are accepted; empty (the default) accepts none.
+    pub writers: TrustedWriters,
+    /// The most bytes an entry's outputs may add up to, counting a blob once per place it is
+    /// listed (what materialising them would write without links): [`MAX_ENTRY_EXPANSION`]
+    /// unless the caller says otherwise.
+    pub max_bytes: u64,
+}
+
+/// The default of [`ReadRules::max_bytes`]: 64 GiB, far above any model chain's outputs, far
+/// below what a hostile entry could name (a manifest of a million 1 GiB files).
+pub const MAX_ENTRY_EXPANSION: u64 = 64 * 1024 * 1024 * 1024;
+
+impl Default for ReadRules {
+    fn default() -> ReadRules {
+        ReadRules {
+            writers: TrustedWriters::default(),
+            max_bytes: MAX_ENTRY_EXPANSION,
+        }
+    }
+}
+
+/// Read-through for one action: read its entry from the remote, check it against what the
+/// reader expects (`declared`: the output names the action declares, when the caller knows
+/// them), fetch every tree manifest it names (validated like any untrusted manifest), check
+/// the totals, then fetch every blob the local store lacks, each once, verified by sha256 as it
+/// streams in and cut off at the size the entry gives it; record the entry in `local` last.
+/// `Ok(None)`: the remote has no entry for `key`. On any error nothing is recorded (blobs
+/// already fetched stay, as verified content-addressed blobs that `gc` may collect).
+///
+/// Nothing a remote declares is taken on faith: an entry naming outputs the action does not
+/// declare, more bytes than [`ReadRules::max_bytes`], or a size for a blob that the local
+/// store's copy does not have, is refused before any blob is downloaded, and a body longer
+/// than declared is cut off as it arrives (`bounded.rs`).
 pub async fn fetch_action(
     remote: &dyn RemoteBackend,
     local: Arc<Store>,
     key: Digest,
+    rules: &ReadRules,
+    declared: Option<&BTreeSet<String>>,
 ) -> Result<Option<(ActionEntry, FetchReport)>, RemoteError> {
-    let Some(entry) = read_entry(remote, key).await? else {
+    let Some((entry, signer)) = read_entry(remote, key, rules, declared).await? else {
         return Ok(None);
     };
     let mut fetch = Fetch {
@@ -120,29 +168,64 @@ pub async fn fetch_action(
         key,
         report: FetchReport::default(),
     };
-    for output in entry.outputs.values() {
+    // Every file the outputs list, manifests first: the totals are checked before any file.
+    let mut listed: Vec<(Digest, u64)> = Vec::new();
+    for (name, output) in &entry.outputs {
         match output {
-            OutputEntry::File { digest, size, .. } => fetch.file(*digest, *size).await?,
-            OutputEntry::Dir { digest, .. } => {
+            OutputEntry::File { digest, size, .. } => listed.push((*digest, *size)),
+            OutputEntry::Dir {
+                digest,
+                size,
+                files,
+            } => {
+                let from = listed.len();
                 for e in fetch.manifest(*digest).await? {
                     if let TreeEntry::File { digest, size, .. } = e {
-                        fetch.file(digest, size).await?;
+                        listed.push((digest, size));
                     }
+                }
+                let (n, total) = (
+                    (listed.len() - from) as u64,
+                    // Saturating: a hostile manifest's sizes may add up past 2^64.
+                    listed[from..]
+                        .iter()
+                        .fold(0u64, |sum, (_, s)| sum.saturating_add(*s)),
+                );
+                if (n, total) != (*files, *size) {
+                    return Err(fetch.bad(format!(
+                        "it gives output {name:?} {files} files of {size} bytes; its manifest lists {n} of {total}"
+                    )));
                 }
             }
         }
     }
-    let report = fetch.report;
+    let unique = fetch.check_totals(&listed, rules)?;
+    for (digest, size) in unique {
+        fetch.file(digest, size).await?;
+    }
+    let report = FetchReport {
+        signer: Some(signer),
+        ..fetch.report
+    };
     let store = local.clone();
     let recorded = entry.clone();
     tokio::task::spawn_blocking(move || store.record_action(&recorded)).await??;
     Ok(Some((entry, report)))
 }
 
-async fn read_entry(
+/// The most an action entry may be: heddle's are a few KiB (the expanded key dominates).
+pub(crate) const MAX_ENTRY_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Action `key`'s entry on the remote and who signed it: parsed, checked to be `key`'s, signed
+/// by a writer `rules` trust and (when `declared` is given) naming exactly the outputs the
+/// action declares; `Ok(None)` when the remote has none. Reads the entry alone (`heddle plan`
+/// needs no blob). The signature is checked before anything the entry names is looked at.
+pub async fn read_entry(
     remote: &dyn RemoteBackend,
     key: Digest,
-) -> Result<Option<ActionEntry>, RemoteError> {
+    rules: &ReadRules,
+    declared: Option<&BTreeSet<String>>,
+) -> Result<Option<(ActionEntry, Writer)>, RemoteError> {
     let bytes = bounded(
         remote,
         "read",
@@ -158,11 +241,71 @@ async fn read_entry(
         remote: remote.name().to_string(),
         reason,
     };
+    // A backend bounds what it reads by MAX_ENTRY_BYTES; this holds for any other.
+    if bytes.len() as u64 > MAX_ENTRY_BYTES {
+        return Err(bad(format!("it is over {MAX_ENTRY_BYTES} bytes")));
+    }
     let entry: ActionEntry = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
     if entry.key != key {
         return Err(bad(format!("it is the entry of action {}", entry.key)));
     }
-    Ok(Some(entry))
+    let signature = serde_json::from_slice::<Signed>(&bytes)
+        .map_err(|e| bad(format!("its signature does not parse: {e}")))?
+        .signature;
+    let writer = rules
+        .writers
+        .check(&entry, signature.as_ref())
+        .map_err(|reason| RemoteError::Untrusted {
+            key,
+            remote: remote.name().to_string(),
+            reason: Box::new(reason),
+        })?;
+    if let Some(declared) = declared {
+        if !entry.outputs.keys().eq(declared.iter()) {
+            return Err(bad(outputs_differ(&entry, declared)));
+        }
+    }
+    Ok(Some((entry, writer)))
+}
+
+/// The signature field of an entry on the remote (`signing.rs`); every other field is the
+/// [`ActionEntry`]'s.
+#[derive(serde::Deserialize)]
+struct Signed {
+    #[serde(default)]
+    signature: Option<EntrySignature>,
+}
+
+/// Why an entry's outputs are not the action's: the first few names either way (an entry may
+/// name 20,000, and the message must stay a line).
+fn outputs_differ(entry: &ActionEntry, declared: &BTreeSet<String>) -> String {
+    let some = |names: Vec<&String>| {
+        let shown: Vec<String> = names.iter().take(3).map(|n| format!("{n:?}")).collect();
+        match names.len() {
+            n if n > 3 => format!("{} and {} more", shown.join(", "), n - 3),
+            _ => shown.join(", "),
+        }
+    };
+    let extra: Vec<&String> = entry
+        .outputs
+        .keys()
+        .filter(|n| !declared.contains(*n))
+        .collect();
+    let missing: Vec<&String> = declared
+        .iter()
+        .filter(|n| !entry.outputs.contains_key(*n))
+        .collect();
+    match (extra.is_empty(), missing.is_empty()) {
+        (false, _) => format!(
+            "it names {} outputs the action does not declare ({}); nothing was downloaded",
+            extra.len(),
+            some(extra)
+        ),
+        _ => format!(
+            "it lacks outputs the action declares ({}); nothing was downloaded",
+            some(missing)
+        ),
+    }
 }
 
 /// One action's fetch in progress.
@@ -174,8 +317,64 @@ struct Fetch<'a> {
 }
 
 impl Fetch<'_> {
-    /// Fetch a file blob unless the local store has it. `size` is what the entry says; a blob
-    /// of another size means the entry lies about it, and the entry is refused.
+    fn bad(&self, reason: String) -> RemoteError {
+        RemoteError::BadEntry {
+            key: self.key,
+            remote: self.remote.name().to_string(),
+            reason,
+        }
+    }
+
+    /// The blobs to have, each once, after checking what the entry and its manifests list: one
+    /// size per blob, a total within the rules, and sizes that match the local copies there
+    /// are (a wrong size is the entry's fault: the local blob is kept, the entry refused).
+    fn check_totals(
+        &mut self,
+        listed: &[(Digest, u64)],
+        rules: &ReadRules,
+    ) -> Result<Vec<(Digest, u64)>, RemoteError> {
+        let total = listed
+            .iter()
+            .try_fold(0u64, |sum, (_, size)| sum.checked_add(*size));
+        match total {
+            Some(t) if t <= rules.max_bytes => {}
+            _ => {
+                return Err(self.bad(format!(
+                    "its outputs add up to {} bytes, over the limit of {} an entry may expand to; none of its files was downloaded",
+                    total.map_or_else(|| "more than 2^64".to_string(), |t| t.to_string()),
+                    rules.max_bytes
+                )))
+            }
+        }
+        let mut sizes: HashMap<Digest, u64> = HashMap::new();
+        let mut unique = Vec::new();
+        for &(digest, size) in listed {
+            match sizes.insert(digest, size) {
+                None => unique.push((digest, size)),
+                Some(other) if other != size => {
+                    return Err(self.bad(format!(
+                        "it gives blob {digest} both {other} and {size} bytes"
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        for &(digest, size) in &unique {
+            let path = self.local.blob_path(&digest);
+            if let Ok(meta) = std::fs::symlink_metadata(&path) {
+                if meta.is_file() && meta.len() != size {
+                    return Err(self.bad(format!(
+                        "it gives blob {digest} {size} bytes; the local store's has {} (kept)",
+                        meta.len()
+                    )));
+                }
+            }
+        }
+        Ok(unique)
+    }
+
+    /// Fetch a file blob unless the local store has it, reading at most `size` bytes (what
+    /// the entry says); fewer is a lie too, and the entry is refused.
     async fn file(&mut self, digest: Digest, size: u64) -> Result<(), RemoteError> {
         if self.local.has_blob(&digest) {
             self.report.blobs_present += 1;
@@ -184,17 +383,24 @@ impl Fetch<'_> {
         let Some(body) = open_blob(self.remote, digest, Some(size)).await? else {
             return Err(self.missing(digest));
         };
+        let body = self.bounded(body, digest, size);
         let got = import_stream(self.remote, self.local, digest, body).await?;
         if got != size {
-            return Err(RemoteError::BadEntry {
-                key: self.key,
-                remote: self.remote.name().to_string(),
-                reason: format!("it gives blob {digest} {size} bytes; it has {got}"),
-            });
+            return Err(self.bad(format!("it gives blob {digest} {size} bytes; it has {got}")));
         }
         self.report.blobs_fetched += 1;
         self.report.bytes_fetched += got;
         Ok(())
+    }
+
+    fn bounded(&self, body: BlobStream, digest: Digest, limit: u64) -> BoundedBody {
+        BoundedBody::new(
+            body,
+            format!("blob {digest}"),
+            self.remote.name(),
+            self.remote.timeouts(),
+            limit,
+        )
     }
 
     /// A tree manifest's entries, from the local store or else from the remote. A fetched
@@ -218,31 +424,23 @@ impl Fetch<'_> {
         })?;
         let size = bytes.len() as u64;
         let stream: BlobStream = Box::pin(futures_util::stream::iter([Ok(Bytes::from(bytes))]));
-        import_stream(self.remote, self.local, digest, stream).await?;
+        let body = self.bounded(stream, digest, size);
+        import_stream(self.remote, self.local, digest, body).await?;
         self.report.blobs_fetched += 1;
         self.report.bytes_fetched += size;
         Ok(entries)
     }
 
-    /// A manifest's bytes, in memory (bounded), verified by hash.
+    /// A manifest's bytes, in memory (at most [`MAX_MANIFEST_BYTES`]), verified by hash.
     async fn manifest_bytes(&self, digest: Digest) -> Result<Vec<u8>, RemoteError> {
-        let Some(mut body) = open_blob(self.remote, digest, None).await? else {
+        let Some(body) = open_blob(self.remote, digest, None).await? else {
             return Err(self.missing(digest));
         };
-        let mut bytes = Vec::new();
-        let mut hasher = Sha256::new();
-        while let Some(chunk) = next_chunk(self.remote, &mut body, digest).await? {
-            hasher.update(&chunk);
-            bytes.extend_from_slice(&chunk);
-            if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-                return Err(RemoteError::BadEntry {
-                    key: self.key,
-                    remote: self.remote.name().to_string(),
-                    reason: format!("tree manifest {digest} is over {MAX_MANIFEST_BYTES} bytes"),
-                });
-            }
-        }
-        let actual = Digest::from_bytes(hasher.finalize().into());
+        let bytes = self
+            .bounded(body, digest, MAX_MANIFEST_BYTES)
+            .collect()
+            .await?;
+        let actual = Digest::of_bytes(&bytes);
         if actual != digest {
             return Err(corrupt(self.remote, digest, actual, bytes.len() as u64));
         }
@@ -269,7 +467,7 @@ async fn import_stream(
     remote: &dyn RemoteBackend,
     local: &Arc<Store>,
     digest: Digest,
-    mut body: BlobStream,
+    mut body: BoundedBody,
 ) -> Result<u64, RemoteError> {
     let import = local.start_blob_import(digest)?;
     let (batches, mut arriving) = tokio::sync::mpsc::channel::<Vec<Bytes>>(BATCHES_IN_FLIGHT);
@@ -283,7 +481,7 @@ async fn import_stream(
     let downloaded = async {
         let mut batch: Vec<Bytes> = Vec::new();
         let mut batched = 0usize;
-        while let Some(chunk) = next_chunk(remote, &mut body, digest).await? {
+        while let Some(chunk) = body.next().await? {
             batched += chunk.len();
             batch.push(chunk);
             if batched >= WRITE_BATCH {

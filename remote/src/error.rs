@@ -102,6 +102,26 @@ pub enum RemoteError {
         remote: String,
         secs: u64,
     },
+    /// The remote sent more bytes than the object may have (a blob longer than its entry
+    /// says, an entry or manifest larger than heddle writes); reading stopped there.
+    #[error("failed to read {object} from remote cache {remote}: it sent more than {limit} bytes")]
+    TooLarge {
+        object: String,
+        remote: String,
+        limit: u64,
+    },
+    /// The object is not a regular file (a directory, a link to a device): not read.
+    #[error("failed to read {object} from remote cache {remote}: it is not a regular file")]
+    NotAFile { object: String, remote: String },
+    /// The remote sent a body slower than the floor throughput (`Timeouts::min_rate`).
+    #[error("failed to read {object} from remote cache {remote}: {bytes} bytes in {secs} s, under the floor of {floor_kib} KiB/s")]
+    TooSlow {
+        object: String,
+        remote: String,
+        bytes: u64,
+        secs: u64,
+        floor_kib: u64,
+    },
     /// The remote served bytes that do not hash to the digest they were asked for. They were
     /// discarded; nothing of them reached the local store.
     #[error("failed to verify blob {digest} from remote cache {remote}: its bytes hash to {actual} ({size} bytes)")]
@@ -116,6 +136,15 @@ pub enum RemoteError {
         key: Digest,
         remote: String,
         reason: String,
+    },
+    /// An entry not signed by a writer the reader trusts (`trust.rs`): a miss, and nothing it
+    /// names was looked at.
+    #[error("failed to trust action entry {key} from remote cache {remote}: {reason}")]
+    Untrusted {
+        key: Digest,
+        remote: String,
+        /// Boxed: a key it names is ~200 bytes (an ed25519 public key, decompressed).
+        reason: Box<crate::trust::Untrusted>,
     },
     /// A tree manifest on the remote hashed right but is not one heddle would accept (a path
     /// out of the tree, an entry beneath a symlink, ...); nothing it lists was fetched.
@@ -146,6 +175,11 @@ pub enum RemoteError {
     LocalIo(CacheError),
     #[error("failed to use the local store")]
     Local(#[from] CacheError),
+    /// A write to a remote without a key to sign its entries with.
+    #[error(
+        "failed to write to remote cache {remote}: no signing key (run `heddle cache keygen`)"
+    )]
+    NoSigningKey { remote: String },
     #[error("failed to run a blocking local task")]
     Join(#[from] tokio::task::JoinError),
 }
@@ -167,6 +201,7 @@ impl RemoteError {
             RemoteError::Backend { .. }
                 | RemoteError::Transfer { .. }
                 | RemoteError::Timeout { .. }
+                | RemoteError::TooSlow { .. }
                 | RemoteError::Setup { .. }
         ) || matches!(self, RemoteError::Grpc { source, .. } if crate::reapi::is_unavailable_code(source.code()))
     }

@@ -7,10 +7,13 @@
 //!
 //! ```text
 //! let settings = resolve_remote(project_root, &env, flag_url, flag_mode)?;   // config.rs
-//! let remote = RemoteCache::open(&settings, &env, Timeouts::default())?;     // no request yet
-//! // local miss (store: Arc<Store>):
-//! match remote.fetch_action(key, &store).await { Ok(Some((entry, _))) => hit, Ok(None) => miss,
-//!                                                Err(e) => warn once, run locally }
+//! let remote = RemoteCache::open(&settings, &env, Timeouts::default())?     // no request yet
+//!     .with_rules(ReadRules { writers: TrustedWriters::load(&trust_files(..))?, ..Default::default() })
+//!     .with_signer(Arc::new(SigningKey::load(&key_file)?));                  // to write
+//! // local miss (store: Arc<Store>; declared: the action's output names):
+//! match remote.fetch_action(key, &store, Some(&declared)).await {
+//!     Ok(Some((entry, report))) => hit (report.signer: who wrote it), Ok(None) => miss,
+//!     Err(e) => warn once, run locally }
 //! // after a local record_action (a no-op in read mode):
 //! remote.push_action(key, &store).await
 //! ```
@@ -26,6 +29,12 @@
 //! - Write-back order: [`push_action`] uploads the blobs (a tree's files before its manifest)
 //!   and the entry last, so no reader sees an entry naming a missing blob. A local blob that no
 //!   longer hashes to its name aborts its upload.
+//! - Nothing a remote declares is taken on faith (`bounded.rs`, `download.rs`): every body is
+//!   cut off at the size it may have as its bytes arrive, and must arrive no slower than a
+//!   floor throughput; an entry naming outputs its action does not declare, or more bytes than
+//!   [`ReadRules::max_bytes`], is refused before any blob is fetched; a blob is fetched once
+//!   however often an entry lists it; a size that disagrees with the local copy of a blob
+//!   refuses the entry and keeps the blob.
 //! - Every call is bounded ([`Timeouts`]: per request, and per chunk of a blob body), and
 //!   transient failures (5xx, reset connections, timeouts) are retried a bounded number of
 //!   times with jittered backoff, so a remote that is down or stalls yields a typed error in
@@ -38,6 +47,10 @@
 //!   (8 MiB parts, 2 in flight), S3 downloads one streamed GET, and WebDAV
 //!   uploads one streamed PUT to a temp name then a MOVE (webdav_upload.rs; OpenDAL's own
 //!   WebDAV writer would buffer the whole blob).
+//!
+//! - Entries are signed by their writer's ed25519 key and read only when a writer the reader
+//!   trusts signed them (`signing.rs`, `trust.rs`): anything else is [`RemoteError::Untrusted`],
+//!   a miss, before anything the entry names is fetched.
 //!
 //! # Why OpenDAL rather than object_store
 //!
@@ -62,14 +75,18 @@
 #![allow(clippy::result_large_err)]
 
 mod backend;
+mod bounded;
 mod config;
 mod download;
 mod error;
 mod http_client;
 mod opendal_backend;
+mod range_guard;
 mod reapi;
 mod remote_cache;
+mod signing;
 mod tls_files;
+mod trust;
 mod upload;
 mod url;
 mod webdav_upload;
@@ -77,14 +94,16 @@ mod webdav_upload;
 use std::sync::Arc;
 
 pub use backend::{
-    BlobStream, Endpoint, EntryBlobs, RemoteBackend, RemoteFuture, Timeouts, RETRY_MAX_DELAY,
-    RETRY_MIN_DELAY,
+    BlobStream, Endpoint, EntryBlobs, RemoteBackend, RemoteFuture, Timeouts, MIN_RATE,
+    RETRY_MAX_DELAY, RETRY_MIN_DELAY,
 };
 pub use config::{
     resolve_remote, resolve_remote_trusting, ConfigError, RemoteMode, RemoteSettings, S3Settings,
     SettingSource,
 };
-pub use download::{fetch_action, fetch_blob, FetchReport};
+pub use download::{
+    fetch_action, fetch_blob, read_entry, FetchReport, ReadRules, MAX_ENTRY_EXPANSION,
+};
 pub use error::RemoteError;
 pub use opendal_backend::OpendalCache;
 pub use reapi::{
@@ -92,7 +111,12 @@ pub use reapi::{
     HEADERS_VAR as REAPI_HEADERS_VAR,
 };
 pub use remote_cache::{PushOutcome, RemoteCache};
+pub use signing::{
+    signed_bytes, signed_entry_json, signing_key_path, user_config_dir, BadSignature,
+    EntrySignature, KeyError, SigningKey, WriterKey, SIGNATURE_SCHEME, SIGNING_KEY_VAR,
+};
 pub use tls_files::{ClientCertFiles, TlsFiles, CA_FILE_VAR, CLIENT_CERT_VAR, CLIENT_KEY_VAR};
+pub use trust::{trust_files, TrustFileError, TrustedWriters, Untrusted, Writer, TRUST_FILE};
 pub use upload::{push_action, upload_blob, PushReport};
 pub use url::RemoteUrl;
 

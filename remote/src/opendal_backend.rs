@@ -18,8 +18,11 @@ use crate::backend::{
     BlobStream, Endpoint, EntryBlobs, RemoteBackend, RemoteFuture, Timeouts, RETRY_MAX_DELAY,
     RETRY_MIN_DELAY,
 };
+use crate::bounded::BoundedBody;
 use crate::config::S3Settings;
+use crate::download::MAX_ENTRY_BYTES;
 use crate::http_client::{is_https, HttpTls};
+use crate::range_guard::{RangeGuardLayer, MORE_THAN_ASKED};
 use crate::tls_files::TlsFiles;
 use crate::webdav_upload::WebdavUpload;
 use crate::{RemoteError, RemoteUrl};
@@ -35,8 +38,6 @@ use crate::{RemoteError, RemoteUrl};
 /// over 100 MB on a loaded machine. Reading the next 8 MiB from a local file takes a few
 /// milliseconds against tens for the part's PUT, so one part at a time costs little.
 const PART: usize = 8 * 1024 * 1024;
-/// An action entry is a few KiB; anything far larger is not one, and is not read into memory.
-const MAX_ENTRY_BYTES: u64 = 16 * 1024 * 1024;
 
 pub struct OpendalCache {
     op: Operator,
@@ -164,7 +165,10 @@ impl OpendalCache {
         // connection. Retried requests are idempotent here: reads, whole-object puts of
         // content-addressed blobs and entries, and multipart parts (a part re-sent replaces
         // itself). Errors that are not temporary (403, 404) are returned at once.
+        // The range guard innermost: the retry layer's reader must never see a byte past the
+        // range it asked for (range_guard.rs).
         let op = builder
+            .layer(RangeGuardLayer)
             .layer(
                 TimeoutLayer::new()
                     .with_timeout(timeouts.request)
@@ -236,6 +240,45 @@ impl OpendalCache {
     }
 }
 
+impl OpendalCache {
+    /// A body as [`BlobStream`]: OpenDAL's errors as [`RemoteError::Transfer`], except the one
+    /// [`RangeGuardLayer`] ends a read with when the server sends more than the `size` its stat
+    /// gave, which is the remote's lie, not a broken transfer.
+    fn body(&self, stream: opendal::FuturesBytesStream, object: String, size: u64) -> BlobStream {
+        let remote = self.endpoint.name.clone();
+        stream
+            .map_err(move |source| {
+                if source.to_string().contains(MORE_THAN_ASKED) {
+                    RemoteError::TooLarge {
+                        object: object.clone(),
+                        remote: remote.clone(),
+                        limit: size,
+                    }
+                } else {
+                    RemoteError::Transfer {
+                        op: "read",
+                        object: object.clone(),
+                        remote: remote.clone(),
+                        source,
+                    }
+                }
+            })
+            .boxed()
+    }
+
+    /// A stat that is not a regular file's (a directory; on a `file://` remote, a link to a
+    /// device such as `/dev/zero`, whose stat says 0 bytes) is not read at all.
+    fn regular_file(&self, meta: &opendal::Metadata, object: &str) -> Result<(), RemoteError> {
+        if meta.mode().is_file() {
+            return Ok(());
+        }
+        Err(RemoteError::NotAFile {
+            object: object.to_string(),
+            remote: self.endpoint.name.clone(),
+        })
+    }
+}
+
 /// Unique among this machine's uploads: process id, a counter and the time.
 fn unique_suffix() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -291,23 +334,18 @@ impl RemoteBackend for OpendalCache {
                 Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
                 Err(e) => return Err(self.backend_error("stat", object)(e)),
             };
+            self.regular_file(&meta, &object)?;
             let reader = self
                 .op
                 .reader_with(&path)
                 .await
                 .map_err(self.backend_error("open", object.clone()))?;
+            let size = meta.content_length();
             let stream = reader
-                .into_bytes_stream(0..meta.content_length())
+                .into_bytes_stream(0..size)
                 .await
                 .map_err(self.backend_error("read", object.clone()))?;
-            let remote = self.endpoint.name.clone();
-            let stream = stream.map_err(move |source| RemoteError::Transfer {
-                op: "read",
-                object: object.clone(),
-                remote: remote.clone(),
-                source,
-            });
-            Ok(Some(stream.boxed()))
+            Ok(Some(self.body(stream, object, size)))
         }
         .boxed()
     }
@@ -355,11 +393,13 @@ impl RemoteBackend for OpendalCache {
             let path = action_path(&key);
             let object = format!("action entry {key}");
             // Stat first: an oversized object is not an entry and is not read into memory.
-            let size = match self.op.stat(&path).await {
-                Ok(m) => m.content_length(),
+            let meta = match self.op.stat(&path).await {
+                Ok(m) => m,
                 Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
                 Err(e) => return Err(self.backend_error("stat", object)(e)),
             };
+            self.regular_file(&meta, &object)?;
+            let size = meta.content_length();
             if size > MAX_ENTRY_BYTES {
                 return Err(RemoteError::BadEntry {
                     key,
@@ -367,12 +407,24 @@ impl RemoteBackend for OpendalCache {
                     reason: format!("{size} bytes is too large for an action entry"),
                 });
             }
-            match self.op.read(&path).await {
-                Ok(buf) => Ok(Some(buf.to_vec())),
+            // Streamed and cut off past the stat's size: what arrives is what is bounded (a
+            // server whose HEAD says 769 bytes may send 2 GiB on GET).
+            let body = match self.op.reader_with(&path).await {
+                Ok(reader) => reader.into_bytes_stream(0..size).await,
+                Err(e) => Err(e),
+            };
+            let body = match body {
+                Ok(body) => body,
                 // Removed between the stat and the read (gc on the server): a miss.
-                Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(self.backend_error("read", object)(e)),
-            }
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(self.backend_error("read", object)(e)),
+            };
+            let body = self.body(body, object.clone(), size);
+            let (name, timeouts) = (&self.endpoint.name, self.endpoint.timeouts);
+            BoundedBody::new(body, object, name, timeouts, size)
+                .collect()
+                .await
+                .map(Some)
         }
         .boxed()
     }

@@ -2,20 +2,24 @@
 //! settings, it reads through on a local miss and writes back after a local record, and the
 //! caller needs to know nothing of backends, blobs or write-back order.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use heddle_cache::{ActionEntry, Digest, Store};
 
 use crate::{
-    fetch_action, open_backend, push_action, FetchReport, PushReport, RemoteBackend, RemoteError,
-    RemoteMode, RemoteSettings, Timeouts,
+    fetch_action, open_backend, push_action, read_entry, FetchReport, PushReport, ReadRules,
+    RemoteBackend, RemoteError, RemoteMode, RemoteSettings, SigningKey, Timeouts, Writer,
 };
 
-/// A remote cache and the mode it was configured with.
+/// A remote cache, the mode it was configured with and what its reader accepts.
 #[derive(Clone)]
 pub struct RemoteCache {
     backend: Arc<dyn RemoteBackend>,
     mode: RemoteMode,
+    rules: ReadRules,
+    /// The key entries this machine writes are signed with; required to write.
+    signer: Option<Arc<SigningKey>>,
 }
 
 /// What [`RemoteCache::push_action`] did.
@@ -46,7 +50,26 @@ impl RemoteCache {
 
     /// A remote cache over a backend opened by other means (tests, a custom backend).
     pub fn with_backend(backend: Arc<dyn RemoteBackend>, mode: RemoteMode) -> RemoteCache {
-        RemoteCache { backend, mode }
+        RemoteCache {
+            backend,
+            mode,
+            rules: ReadRules::default(),
+            signer: None,
+        }
+    }
+
+    /// The same cache, reading under `rules` (by default no writer is trusted: every entry is
+    /// a miss).
+    pub fn with_rules(self, rules: ReadRules) -> RemoteCache {
+        RemoteCache { rules, ..self }
+    }
+
+    /// The same cache, signing what it writes with `signer`.
+    pub fn with_signer(self, signer: Arc<SigningKey>) -> RemoteCache {
+        RemoteCache {
+            signer: Some(signer),
+            ..self
+        }
     }
 
     /// What to call the remote in messages; never a password.
@@ -60,14 +83,31 @@ impl RemoteCache {
 
     /// On a local miss: bring action `key` from the remote into `local` (entry and every blob
     /// it names, each verified by sha256 as it streams in; tree manifests validated), and
-    /// record it there. `Ok(None)`: the remote does not have it. On an error nothing is
-    /// recorded locally; the caller runs the action itself.
+    /// record it there. `declared`: the output names the action declares, when known; an
+    /// entry naming others is refused before anything is downloaded. `Ok(None)`: the remote
+    /// does not have it. On an error nothing is recorded locally; the caller runs the action
+    /// itself.
     pub async fn fetch_action(
         &self,
         key: Digest,
         local: &Arc<Store>,
+        declared: Option<&BTreeSet<String>>,
     ) -> Result<Option<(ActionEntry, FetchReport)>, RemoteError> {
-        fetch_action(&*self.backend, local.clone(), key).await
+        fetch_action(&*self.backend, local.clone(), key, &self.rules, declared).await
+    }
+
+    /// Action `key`'s entry alone, checked as [`RemoteCache::fetch_action`] checks it
+    /// (`heddle plan` needs the output digests, not the blobs).
+    pub async fn read_entry(
+        &self,
+        key: Digest,
+        declared: Option<&BTreeSet<String>>,
+    ) -> Result<Option<(ActionEntry, Writer)>, RemoteError> {
+        read_entry(&*self.backend, key, &self.rules, declared).await
+    }
+
+    pub fn backend(&self) -> &Arc<dyn RemoteBackend> {
+        &self.backend
     }
 
     /// After a local record: send action `key` from `local` to the remote, blobs it lacks
@@ -80,6 +120,11 @@ impl RemoteCache {
         if !self.mode.can_write() {
             return Ok(PushOutcome::ReadOnly);
         }
+        let Some(signer) = self.signer.clone() else {
+            return Err(RemoteError::NoSigningKey {
+                remote: self.name().to_string(),
+            });
+        };
         let store = local.clone();
         // lookup_action stats (and may re-hash) the entry's blobs: blocking work.
         let entry = tokio::task::spawn_blocking(move || store.lookup_action(&key)).await??;
@@ -87,7 +132,7 @@ impl RemoteCache {
             return Ok(PushOutcome::NotLocal);
         };
         Ok(PushOutcome::Pushed(
-            push_action(&*self.backend, local, &entry).await?,
+            push_action(&*self.backend, local, &entry, &signer).await?,
         ))
     }
 }

@@ -10,6 +10,7 @@ use sha2::{Digest as _, Sha256};
 use tokio::io::AsyncReadExt;
 
 use crate::backend::{bounded, BlobStream, RemoteBackend};
+use crate::signing::{signed_entry_json, SigningKey};
 use crate::RemoteError;
 
 /// Read size for uploads: large enough that per-call overhead vanishes, small enough to
@@ -93,12 +94,14 @@ pub struct PushReport {
 }
 
 /// Upload an action's blobs (file outputs, tree manifests and every file a tree names) that
-/// the remote lacks, then its entry, last: an entry on the remote never names a missing blob.
-/// `entry` should come from `local.lookup_action`, which has checked its blobs are present.
+/// the remote lacks, then its entry, signed by `signer`, last: an entry on the remote never
+/// names a missing blob. `entry` should come from `local.lookup_action`, which has checked its
+/// blobs are present.
 pub async fn push_action(
     remote: &dyn RemoteBackend,
     local: &Store,
     entry: &ActionEntry,
+    signer: &SigningKey,
 ) -> Result<PushReport, RemoteError> {
     let mut report = PushReport::default();
     let blobs = action_blobs(local, entry)?;
@@ -118,7 +121,7 @@ pub async fn push_action(
         report.blobs_uploaded += 1;
         report.bytes_uploaded += size;
     }
-    let bytes = serde_json::to_vec_pretty(entry).map_err(|e| RemoteError::BadEntry {
+    let bytes = signed_entry_json(entry, signer).map_err(|e| RemoteError::BadEntry {
         key: entry.key,
         remote: remote.name().to_string(),
         reason: format!("failed to encode: {e}"),

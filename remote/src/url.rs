@@ -7,8 +7,8 @@ use crate::RemoteError;
 
 /// A parsed remote cache address. Credentials are never part of it (they come from the
 /// environment or the user's config), except a WebDAV user name and password in the URL's
-/// user-info, which is the ordinary way to give them for WebDAV.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// user-info, which is the ordinary way to give them for WebDAV. `Debug` hides the password.
+#[derive(Clone, PartialEq, Eq)]
 pub enum RemoteUrl {
     /// `s3://bucket/prefix`.
     S3 { bucket: String, prefix: String },
@@ -65,6 +65,13 @@ impl RemoteUrl {
                     Some((u, h)) => (Some(u), h),
                     None => (None, authority),
                 };
+                // `user:pa/ss@host/path`: a password holding a `/` would otherwise become part
+                // of the host and path, and so of the name every message shows. Refused, and
+                // the message hides everything before the last `@` (an `@` in a path is
+                // refused with it: the two cannot be told apart).
+                if userinfo.is_none() && path.contains('@') {
+                    return Err(bad("an `@` after a `/`: write a `/` in the user or password as %2F (both are percent-decoded); an `@` in the path is not supported"));
+                }
                 if host.is_empty() {
                     return Err(bad("no host"));
                 }
@@ -74,8 +81,8 @@ impl RemoteUrl {
                 let (user, password) = match userinfo {
                     None => (None, None),
                     Some(u) => match u.split_once(':') {
-                        Some((n, p)) => (Some(n.to_string()), Some(p.to_string())),
-                        None => (Some(u.to_string()), None),
+                        Some((n, p)) => (Some(percent_decode(n)), Some(percent_decode(p))),
+                        None => (Some(percent_decode(u)), None),
                     },
                 };
                 Ok(RemoteUrl::WebDav {
@@ -116,6 +123,43 @@ impl RemoteUrl {
     }
 }
 
+/// Like a derived `Debug`, with the password (if any) shown as `***`: settings holding a URL
+/// get printed by `{:?}` in logs and panics.
+impl fmt::Debug for RemoteUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RemoteUrl::S3 { bucket, prefix } => f
+                .debug_struct("S3")
+                .field("bucket", bucket)
+                .field("prefix", prefix)
+                .finish(),
+            RemoteUrl::WebDav {
+                endpoint,
+                path,
+                user,
+                password,
+            } => f
+                .debug_struct("WebDav")
+                .field("endpoint", endpoint)
+                .field("path", path)
+                .field("user", user)
+                .field("password", &password.as_ref().map(|_| "***"))
+                .finish(),
+            RemoteUrl::Fs { root } => f.debug_struct("Fs").field("root", root).finish(),
+            RemoteUrl::Grpc {
+                authority,
+                instance,
+                tls,
+            } => f
+                .debug_struct("Grpc")
+                .field("authority", authority)
+                .field("instance", instance)
+                .field("tls", tls)
+                .finish(),
+        }
+    }
+}
+
 /// Shown in messages and logs: never the password.
 impl fmt::Display for RemoteUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -141,16 +185,39 @@ impl fmt::Display for RemoteUrl {
     }
 }
 
-/// A URL with any user-info password replaced, for error messages.
+/// A URL with any user-info password replaced, for error messages. Everything before the
+/// last `@` counts as user-info, even past a `/`: a password may hold one, and a message
+/// that hides a path is harmless where one that shows a password is not.
 fn redact(url: &str) -> String {
     if let Some((scheme, rest)) = url.split_once("://") {
-        let authority_end = rest.find('/').unwrap_or(rest.len());
-        if let Some(at) = rest[..authority_end].rfind('@') {
-            let user = rest[..at].split(':').next().unwrap_or("");
+        if let Some(at) = rest.rfind('@') {
+            let user = rest[..at].split([':', '/']).next().unwrap_or("");
             return format!("{scheme}://{user}:***@{}", &rest[at + 1..]);
         }
     }
     url.to_string()
+}
+
+/// `%XX` escapes decoded (RFC 3986 user-info), so a user or password can hold `/`, `@` or `:`;
+/// anything that is not a valid escape is kept as written.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
+            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
+                out.push((hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0)) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| s.to_string())
 }
 
 #[cfg(test)]
@@ -241,5 +308,39 @@ mod tests {
     fn display_never_shows_the_password() {
         let u = RemoteUrl::parse("webdav+http://u:pw@h:1/p").unwrap();
         assert_eq!(u.to_string(), "webdav+http://h:1/p");
+        assert!(!format!("{u:?}").contains("pw"), "{u:?}");
+    }
+
+    #[test]
+    fn a_password_with_a_slash_is_refused_without_showing_it() {
+        for url in [
+            "webdav+http://u:pa/ss@127.0.0.1:8080/heddle",
+            "http://u:12/34@h:1/p",
+            "webdav+https://u:a/b/c@h/dav",
+        ] {
+            let e = RemoteUrl::parse(url).unwrap_err().to_string();
+            for secret in ["pa/ss", "12/34", "a/b/c", "ss@", "34@", "/c@"] {
+                assert!(!e.contains(secret), "{e}");
+            }
+            assert!(
+                e.contains("write a `/` in the user or password as %2F"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn user_and_password_are_percent_decoded() {
+        let u = RemoteUrl::parse("webdav+http://me%40corp:pa%2Fss%3A@h:1/dav").unwrap();
+        assert_eq!(
+            u,
+            RemoteUrl::WebDav {
+                endpoint: "http://h:1".into(),
+                path: "/dav".into(),
+                user: Some("me@corp".into()),
+                password: Some("pa/ss:".into()),
+            }
+        );
+        assert_eq!(u.to_string(), "webdav+http://h:1/dav");
     }
 }

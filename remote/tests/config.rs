@@ -114,12 +114,12 @@ fn xdg_config_home_wins_over_home() {
 }
 
 #[test]
-fn mode_defaults_to_readwrite() {
+fn mode_defaults_to_read() {
     let s = setup();
     s.project_config("[cache]\nremote = \"s3://b\"\n");
     assert_eq!(
         s.resolve(None, None).unwrap().unwrap().mode,
-        RemoteMode::ReadWrite
+        RemoteMode::Read
     );
 }
 

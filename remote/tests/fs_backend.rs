@@ -60,7 +60,7 @@ async fn a_garbage_entry_is_a_typed_error() {
     )
     .unwrap();
     let b = local();
-    let err = heddle_remote::fetch_action(&*remote, b.store.clone(), entry.key)
+    let err = heddle_remote::fetch_action(&*remote, b.store.clone(), entry.key, &rules(), None)
         .await
         .unwrap_err();
     assert!(matches!(err, RemoteError::BadEntry { .. }), "{err:?}");
@@ -68,7 +68,7 @@ async fn a_garbage_entry_is_a_typed_error() {
 
     // An entry stored under another action's key is refused too.
     let other = make_action(&a, 6, 1000);
-    heddle_remote::push_action(&*remote, &a.store, &other)
+    heddle_remote::push_action(&*remote, &a.store, &other, &signer())
         .await
         .unwrap();
     std::fs::copy(
@@ -76,7 +76,7 @@ async fn a_garbage_entry_is_a_typed_error() {
         dir.path().join(format!("ac/{}.json", entry.key)),
     )
     .unwrap();
-    let err = heddle_remote::fetch_action(&*remote, b.store.clone(), entry.key)
+    let err = heddle_remote::fetch_action(&*remote, b.store.clone(), entry.key, &rules(), None)
         .await
         .unwrap_err();
     assert_eq!(
@@ -99,7 +99,7 @@ async fn an_entry_naming_a_missing_blob_is_not_recorded() {
     std::fs::remove_file(dir.path().join(format!("cas/{model}"))).unwrap();
     let b = local();
     let started = Instant::now();
-    let err = heddle_remote::fetch_action(&*remote, b.store.clone(), entry.key)
+    let err = heddle_remote::fetch_action(&*remote, b.store.clone(), entry.key, &rules(), None)
         .await
         .unwrap_err();
     assert!(started.elapsed() < hang_bound(short_timeouts()));
@@ -117,4 +117,107 @@ async fn a_locally_corrupted_blob_is_not_uploaded() {
     let (entry, model) = case_locally_corrupted_blob(remote, 8, 500_000).await;
     assert!(!dir.path().join(format!("cas/{model}")).exists());
     assert!(!dir.path().join(format!("ac/{}.json", entry.key)).exists());
+}
+
+/// A trusted writer's entry that lies about what it names is refused before its files are
+/// fetched: a folder output whose totals are not its manifest's, one blob given two sizes, an
+/// entry lacking an output the action declares. Nothing is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_whose_sizes_or_outputs_lie_are_refused() {
+    use heddle_cache::OutputEntry;
+    let dir = tempfile::tempdir().unwrap();
+    let remote = open(&fs_url(dir.path()), &HashMap::new(), short_timeouts());
+    let (_a, entry) = pushed_action(&*remote, 11, 5000).await;
+    let model_digest = entry.outputs["model"].digest();
+    let put = |e: &heddle_cache::ActionEntry| {
+        let path = dir.path().join(format!("ac/{}.json", e.key));
+        std::fs::write(
+            path,
+            heddle_remote::signed_entry_json(e, &signer()).unwrap(),
+        )
+        .unwrap();
+    };
+    let refused = |reason: &str| {
+        format!(
+            "failed to read action entry {} from remote cache file://{}: {reason}",
+            entry.key,
+            dir.path().display()
+        )
+    };
+    let fetch = |declared: Option<std::collections::BTreeSet<String>>| {
+        let remote = remote.clone();
+        let key = entry.key;
+        async move {
+            let b = local();
+            let err = heddle_remote::fetch_action(
+                &*remote,
+                b.store.clone(),
+                key,
+                &rules(),
+                declared.as_ref(),
+            )
+            .await
+            .unwrap_err();
+            assert!(b.store.lookup_action(&key).unwrap().is_none());
+            // The tree manifest may have been fetched, no file blob.
+            assert!(!b.store.has_blob(&model_digest));
+            err.to_string()
+        }
+    };
+
+    let mut bigger = entry.clone();
+    let OutputEntry::Dir {
+        digest,
+        size,
+        files,
+    } = entry.outputs["tree"]
+    else {
+        panic!("tree is a folder")
+    };
+    bigger.outputs.insert(
+        "tree".into(),
+        OutputEntry::Dir {
+            digest,
+            size: size + 1,
+            files,
+        },
+    );
+    put(&bigger);
+    assert_eq!(
+        fetch(None).await,
+        refused(&format!("it gives output \"tree\" {files} files of {} bytes; its manifest lists {files} of {size}", size + 1))
+    );
+
+    let mut twice = entry.clone();
+    let model = entry.outputs["model"].clone();
+    let OutputEntry::File { digest, size, .. } = model else {
+        panic!("model is a file")
+    };
+    twice.outputs.insert(
+        "again".into(),
+        OutputEntry::File {
+            digest,
+            size: size + 7,
+            executable: false,
+        },
+    );
+    put(&twice);
+    assert_eq!(
+        fetch(None).await,
+        // Outputs in name order: "again" (with the wrong size) is listed first.
+        refused(&format!(
+            "it gives blob {digest} both {} and {size} bytes",
+            size + 7
+        ))
+    );
+
+    put(&entry);
+    let declared = ["model", "tree", "weights"]
+        .map(String::from)
+        .into_iter()
+        .collect();
+    assert_eq!(
+        fetch(Some(declared)).await,
+        refused("it lacks outputs the action declares (\"weights\"); nothing was downloaded")
+    );
 }

@@ -54,7 +54,9 @@ fn try_open(
 async fn push_error(remote: Arc<dyn RemoteBackend>) -> (RemoteError, String) {
     let a = local();
     let entry = make_action(&a, 31, 1000);
-    let err = push_action(&*remote, &a.store, &entry).await.unwrap_err();
+    let err = push_action(&*remote, &a.store, &entry, &signer())
+        .await
+        .unwrap_err();
     let chain = heddle_cache::error_chain(&err);
     (err, chain)
 }

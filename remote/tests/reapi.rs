@@ -45,7 +45,7 @@ async fn grpcs_round_trips_with_the_teams_ca_and_refuses_an_untrusted_server() {
 
     let a = local();
     let entry = make_action(&a, 9, 1000);
-    let err = push_action(&*open(None), &a.store, &entry)
+    let err = push_action(&*open(None), &a.store, &entry, &signer())
         .await
         .unwrap_err();
     let mut chain = err.to_string();
@@ -84,7 +84,7 @@ async fn grpcs_shows_the_client_certificate_to_a_server_that_requires_one() {
     let a = local();
     let entry = make_action(&a, 13, 1000);
     for client in [None, Some(("stranger.crt", "stranger.key"))] {
-        let err = push_action(&*open(client).unwrap(), &a.store, &entry)
+        let err = push_action(&*open(client).unwrap(), &a.store, &entry, &signer())
             .await
             .unwrap_err();
         let chain = heddle_cache::error_chain(&err);
@@ -125,7 +125,7 @@ async fn headers_carry_a_bearer_token_to_a_server_that_requires_one() {
 
     let a = local();
     let entry = make_action(&a, 10, 1000);
-    let err = push_action(&*open(None), &a.store, &entry)
+    let err = push_action(&*open(None), &a.store, &entry, &signer())
         .await
         .unwrap_err();
     let RemoteError::Grpc { source, .. } = &err else {
@@ -137,6 +137,7 @@ async fn headers_carry_a_bearer_token_to_a_server_that_requires_one() {
         &*open(Some(format!("authorization=Bearer {wrong}"))),
         &a.store,
         &entry,
+        &signer(),
     )
     .await
     .unwrap_err();
@@ -155,14 +156,18 @@ async fn instances_are_separate_caches() {
     let default = reapi_remote(&server, "", reapi_timeouts());
     let (_a, entry) = pushed_action(&*team, 5, 1000).await;
     let b = local();
-    assert!(fetch_action(&*default, b.store.clone(), entry.key)
-        .await
-        .unwrap()
-        .is_none());
-    assert!(fetch_action(&*team, b.store.clone(), entry.key)
-        .await
-        .unwrap()
-        .is_some());
+    assert!(
+        fetch_action(&*default, b.store.clone(), entry.key, &rules(), None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        fetch_action(&*team, b.store.clone(), entry.key, &rules(), None)
+            .await
+            .unwrap()
+            .is_some()
+    );
 }
 
 /// Blobs on both paths (one batch call; ByteStream in 1 MiB requests) go up and come back
@@ -248,7 +253,7 @@ async fn a_missing_blob_is_a_miss_not_a_result() {
     };
     std::fs::remove_file(buildgrid_blob_path(&server, digest)).unwrap();
     let b = local();
-    match fetch_action(&*remote, b.store.clone(), entry.key).await {
+    match fetch_action(&*remote, b.store.clone(), entry.key, &rules(), None).await {
         Ok(None) | Err(RemoteError::MissingBlob { .. }) => {}
         other => panic!("expected a miss, got {other:?}"),
     }
@@ -263,7 +268,7 @@ async fn a_corrupt_entry_is_refused() {
         return;
     };
     let (_a, entry) = pushed_action(&*remote, 7, 1000).await;
-    let json = serde_json::to_vec_pretty(&entry).unwrap();
+    let json = heddle_remote::signed_entry_json(&entry, &signer()).unwrap();
     let entry_blob = Digest::of_bytes(&json);
     let p = buildgrid_blob_path(&server, entry_blob);
     let mut evil = std::fs::read(&p).unwrap();
@@ -272,7 +277,7 @@ async fn a_corrupt_entry_is_refused() {
     evil[at] ^= 1;
     std::fs::write(&p, evil).unwrap();
     let b = local();
-    let err = fetch_action(&*remote, b.store.clone(), entry.key)
+    let err = fetch_action(&*remote, b.store.clone(), entry.key, &rules(), None)
         .await
         .unwrap_err();
     assert!(
@@ -324,6 +329,7 @@ async fn frozen_server_is_unavailable_within_the_timeout() {
         request: Duration::from_secs(2),
         idle: Duration::from_secs(2),
         retries: 3,
+        ..Timeouts::default()
     };
     let remote = reapi_remote(&server, REAPI_INSTANCE, t);
     // Pushed with patient timeouts (a loaded machine), fetched with the short ones.

@@ -22,7 +22,10 @@ fn remote_for(dir: &std::path::Path, mode: &str) -> RemoteCache {
     let settings = resolve_remote(project.path(), &|k| env.get(k).cloned(), None, None)
         .unwrap()
         .expect("configured");
-    RemoteCache::open(&settings, &|_| None, short_timeouts()).unwrap()
+    RemoteCache::open(&settings, &|_| None, short_timeouts())
+        .unwrap()
+        .with_rules(rules())
+        .with_signer(std::sync::Arc::new(signer()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -39,14 +42,14 @@ async fn write_back_then_read_through_by_key() {
 
     let b = local();
     let fetched = remote
-        .fetch_action(entry.key, &b.store)
+        .fetch_action(entry.key, &b.store, None)
         .await
         .unwrap()
         .expect("pushed");
     assert_fetched(&a, &b, &entry, fetched);
     // A second fetch finds every blob local.
     let c_entry = remote
-        .fetch_action(entry.key, &b.store)
+        .fetch_action(entry.key, &b.store, None)
         .await
         .unwrap()
         .unwrap();
@@ -124,12 +127,12 @@ async fn an_escaping_tree_manifest_is_refused() {
     };
     std::fs::write(
         dir.path().join(format!("ac/{key}.json")),
-        serde_json::to_vec(&entry).unwrap(),
+        heddle_remote::signed_entry_json(&entry, &signer()).unwrap(),
     )
     .unwrap();
 
     let b = local();
-    let err = remote.fetch_action(key, &b.store).await.unwrap_err();
+    let err = remote.fetch_action(key, &b.store, None).await.unwrap_err();
     match &err {
         RemoteError::BadTree { digest: d, .. } => assert_eq!(*d, digest),
         other => panic!("expected BadTree, got {other:?}"),
@@ -156,7 +159,7 @@ async fn a_dead_remote_is_unavailable() {
     let b = local();
     let started = std::time::Instant::now();
     let err = remote
-        .fetch_action(Digest::of_bytes(b"k"), &b.store)
+        .fetch_action(Digest::of_bytes(b"k"), &b.store, None)
         .await
         .unwrap_err();
     assert!(err.is_unavailable(), "{err:?}");

@@ -68,6 +68,7 @@ async fn frozen_server_times_out() {
         request: std::time::Duration::from_secs(2),
         idle: std::time::Duration::from_secs(2),
         retries: 3,
+        ..Timeouts::default()
     };
     let remote = s3_remote(&server, "f", t);
     let (err, _) = case_server_gone(remote.clone(), remote, t, 12, || server.stop()).await;
@@ -180,12 +181,14 @@ fn rss_child() {
         let entry = action_entry(key, "big", [("big".to_string(), out.clone())].into());
         a.store.record_action(&entry).unwrap();
         let t = std::time::Instant::now();
-        let pushed = push_action(&*remote, &a.store, &entry).await.unwrap();
+        let pushed = push_action(&*remote, &a.store, &entry, &signer())
+            .await
+            .unwrap();
         println!("HEDDLE_PUSH_SECONDS={:.2}", t.elapsed().as_secs_f64());
         assert_eq!(pushed.bytes_uploaded, ONE_GIB);
         let b = local();
         let t = std::time::Instant::now();
-        let (fetched, report) = fetch_action(&*remote, b.store.clone(), entry.key)
+        let (fetched, report) = fetch_action(&*remote, b.store.clone(), entry.key, &rules(), None)
             .await
             .unwrap()
             .unwrap();

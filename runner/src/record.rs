@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 
 pub use heddle_schema::{
-    Cause, ErrorClass, InstanceRecord, JobRecord, RunRecord, RunStatus, Status, StatusRecord,
+    Cause, ErrorClass, InstanceRecord, JobRecord, RemoteSigner, RunRecord, RunStatus, Status,
+    StatusRecord,
 };
 
 pub fn runs_dir(root: &Path) -> PathBuf {

@@ -3,9 +3,10 @@
 //! (`heddle-remote`: S3, WebDAV, a directory), so the scheduler stays free of storage clients.
 //!
 //! A shared cache may never make a run wrong or stuck. [`RemoteGate`] holds that policy in one
-//! place: the first sign that the remote is unreachable turns it off for the rest of the run
-//! with one warning; an entry or blob that fails verification is a miss (the instance runs
-//! locally) with one warning per run.
+//! place: the first sign that the remote is unreachable (or too slow to be of use) turns it off
+//! for the rest of the run with one warning; an entry or blob that fails verification is a miss
+//! (the instance runs locally) with one warning per run; so is an entry no trusted writer
+//! signed, with a warning of its own.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,11 +18,23 @@ use heddle_cache::{ActionEntry, Digest};
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct SharedCacheError {
-    /// The remote could not be reached or timed out (as opposed to answering with bad data).
-    pub unavailable: bool,
+    pub kind: FailureKind,
     /// The message with its causes, as the user should read it.
     pub message: String,
 }
+
+/// What kind of failure a [`SharedCacheError`] is, which decides the gate's policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The remote could not be reached, timed out or sends too slowly: off for the run.
+    Unavailable,
+    /// It answered with data that failed verification: a miss.
+    Invalid,
+    /// An entry no writer the reader trusts signed: a miss.
+    Untrusted,
+}
+
+pub use heddle_schema::RemoteSigner;
 
 /// A shared cache of actions and blobs. Implementations verify every blob by sha256 before
 /// it enters the local store and write blobs before the entry that names them.
@@ -33,9 +46,14 @@ pub trait SharedCache: Send + Sync {
     /// The remote's entry for `key`, without its blobs (for `heddle plan`, which needs the
     /// output digests to compute downstream keys). The entry is checked to be `key`'s.
     fn entry(&self, key: Digest) -> BoxFuture<'_, Result<Option<ActionEntry>, SharedCacheError>>;
-    /// Bring `key`'s entry and every blob it names into the local store. `Ok(true)` when the
-    /// local store now holds the entry.
-    fn fetch(&self, key: Digest) -> BoxFuture<'_, Result<bool, SharedCacheError>>;
+    /// Bring `key`'s entry and every blob it names into the local store. `outputs` are the
+    /// names the action declares: an entry naming others is refused before any download.
+    /// `Ok(Some(signer))` when the local store now holds the entry, signed by `signer`.
+    fn fetch(
+        &self,
+        key: Digest,
+        outputs: Vec<String>,
+    ) -> BoxFuture<'_, Result<Option<RemoteSigner>, SharedCacheError>>;
     /// Upload `key`'s blobs the remote lacks, then its entry. Returns the bytes uploaded.
     fn push(&self, key: Digest) -> BoxFuture<'_, Result<u64, SharedCacheError>>;
 }
@@ -48,6 +66,7 @@ pub struct RemoteGate {
     inner: Arc<dyn SharedCache>,
     down: AtomicBool,
     warned_bad: AtomicBool,
+    warned_untrusted: AtomicBool,
     fetched: AtomicU64,
     pushed: AtomicU64,
     warn: Warn,
@@ -68,6 +87,7 @@ impl RemoteGate {
             inner,
             down: AtomicBool::new(false),
             warned_bad: AtomicBool::new(false),
+            warned_untrusted: AtomicBool::new(false),
             fetched: AtomicU64::new(0),
             pushed: AtomicU64::new(0),
             warn,
@@ -109,18 +129,22 @@ impl RemoteGate {
         }
     }
 
-    /// `true` when `key` was fetched into the local store.
-    pub async fn fetch(&self, key: Digest) -> bool {
+    /// Who signed `key`'s entry, when it was fetched into the local store. `outputs`: the
+    /// names the action declares.
+    pub async fn fetch(&self, key: Digest, outputs: Vec<String>) -> Option<RemoteSigner> {
         if self.is_down() {
-            return false;
+            return None;
         }
-        match self.inner.fetch(key).await {
-            Ok(true) => {
+        match self.inner.fetch(key, outputs).await {
+            Ok(Some(signer)) => {
                 self.fetched.fetch_add(1, Ordering::Relaxed);
-                true
+                Some(signer)
             }
-            Ok(false) => false,
-            Err(e) => self.failed(e),
+            Ok(None) => None,
+            Err(e) => {
+                self.failed(e);
+                None
+            }
         }
     }
 
@@ -141,20 +165,32 @@ impl RemoteGate {
 
     /// Apply the policy to a failure; always `false` (the caller treats it as a miss).
     fn failed(&self, e: SharedCacheError) -> bool {
-        if e.unavailable {
-            if !self.down.swap(true, Ordering::Relaxed) {
-                (self.warn)(format!(
-                    "warning: remote cache {} is unavailable; this run continues with the local cache only: {}",
-                    self.inner.describe(),
-                    e.message
-                ));
+        let remote = self.inner.describe();
+        match e.kind {
+            FailureKind::Unavailable => {
+                if !self.down.swap(true, Ordering::Relaxed) {
+                    (self.warn)(format!(
+                        "warning: remote cache {remote} is unavailable; this run continues with the local cache only: {}",
+                        e.message
+                    ));
+                }
             }
-        } else if !self.warned_bad.swap(true, Ordering::Relaxed) {
-            (self.warn)(format!(
-                "warning: remote cache {} returned data that failed verification; it was not used (the instance runs here): {}",
-                self.inner.describe(),
-                e.message
-            ));
+            FailureKind::Invalid => {
+                if !self.warned_bad.swap(true, Ordering::Relaxed) {
+                    (self.warn)(format!(
+                        "warning: remote cache {remote} returned data that failed verification; it was not used (the instance runs here): {}",
+                        e.message
+                    ));
+                }
+            }
+            FailureKind::Untrusted => {
+                if !self.warned_untrusted.swap(true, Ordering::Relaxed) {
+                    (self.warn)(format!(
+                        "warning: remote cache {remote} holds entries no trusted writer signed; they were not used (those instances run here): {}",
+                        e.message
+                    ));
+                }
+            }
         }
         false
     }
@@ -167,7 +203,7 @@ mod tests {
 
     /// A shared cache that fails every call in one way: enough to pin the gate's policy.
     struct Failing {
-        unavailable: bool,
+        kind: FailureKind,
         calls: AtomicU64,
     }
 
@@ -181,7 +217,11 @@ mod tests {
         fn entry(&self, _: Digest) -> BoxFuture<'_, Result<Option<ActionEntry>, SharedCacheError>> {
             self.fail()
         }
-        fn fetch(&self, _: Digest) -> BoxFuture<'_, Result<bool, SharedCacheError>> {
+        fn fetch(
+            &self,
+            _: Digest,
+            _: Vec<String>,
+        ) -> BoxFuture<'_, Result<Option<RemoteSigner>, SharedCacheError>> {
             self.fail()
         }
         fn push(&self, _: Digest) -> BoxFuture<'_, Result<u64, SharedCacheError>> {
@@ -193,19 +233,19 @@ mod tests {
         /// Every call counts and fails the same way, whatever it would have returned.
         fn fail<T: Send + 'static>(&self) -> BoxFuture<'_, Result<T, SharedCacheError>> {
             self.calls.fetch_add(1, Ordering::Relaxed);
-            let unavailable = self.unavailable;
+            let kind = self.kind;
             Box::pin(async move {
                 Err(SharedCacheError {
-                    unavailable,
+                    kind,
                     message: "boom".into(),
                 })
             })
         }
     }
 
-    fn gate(unavailable: bool) -> (RemoteGate, Arc<Failing>, Arc<Mutex<Vec<String>>>) {
+    fn gate(kind: FailureKind) -> (RemoteGate, Arc<Failing>, Arc<Mutex<Vec<String>>>) {
         let inner = Arc::new(Failing {
-            unavailable,
+            kind,
             calls: AtomicU64::new(0),
         });
         let said = Arc::new(Mutex::new(Vec::new()));
@@ -219,10 +259,10 @@ mod tests {
 
     #[tokio::test]
     async fn an_unreachable_remote_is_asked_once_and_warned_about_once() {
-        let (g, inner, said) = gate(true);
+        let (g, inner, said) = gate(FailureKind::Unavailable);
         let key = Digest::of_bytes(b"k");
-        assert!(!g.fetch(key).await);
-        assert!(!g.fetch(key).await);
+        assert!(g.fetch(key, Vec::new()).await.is_none());
+        assert!(g.fetch(key, Vec::new()).await.is_none());
         assert!(g.entry(key).await.is_none());
         g.push(key).await;
         assert_eq!(inner.calls.load(Ordering::Relaxed), 1);
@@ -234,12 +274,26 @@ mod tests {
 
     #[tokio::test]
     async fn bad_data_is_a_miss_that_keeps_the_remote_on_and_warns_once() {
-        let (g, inner, said) = gate(false);
+        let (g, inner, said) = gate(FailureKind::Invalid);
         let key = Digest::of_bytes(b"k");
-        assert!(!g.fetch(key).await);
-        assert!(!g.fetch(key).await);
+        assert!(g.fetch(key, Vec::new()).await.is_none());
+        assert!(g.fetch(key, Vec::new()).await.is_none());
         assert_eq!(inner.calls.load(Ordering::Relaxed), 2);
         assert!(!g.is_down());
         assert_eq!(said.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn untrusted_entries_are_misses_with_one_warning_of_their_own() {
+        let (g, inner, said) = gate(FailureKind::Untrusted);
+        let key = Digest::of_bytes(b"k");
+        for _ in 0..3 {
+            assert!(g.fetch(key, Vec::new()).await.is_none());
+        }
+        assert_eq!(inner.calls.load(Ordering::Relaxed), 3);
+        assert!(!g.is_down());
+        let said = said.lock().unwrap();
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(said[0].contains("no trusted writer signed"), "{said:?}");
     }
 }

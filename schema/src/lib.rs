@@ -194,6 +194,14 @@ pub struct Cause {
     pub error: Option<String>,
 }
 
+/// The writer of a remote cache entry: the name the reader's trust file gives its key, and the
+/// key (`ed25519:<hex>`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteSigner {
+    pub name: String,
+    pub key: String,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InstanceRecord {
     pub stage: String,
@@ -208,6 +216,9 @@ pub struct InstanceRecord {
     /// Served by the shared (remote) cache: fetched, verified and stored locally in this run.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub remote: bool,
+    /// Who signed the remote entry a remote hit was served from (a writer the trust file lists).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_signer: Option<RemoteSigner>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_key: Option<String>,
     /// Why it ran (or `cached`).

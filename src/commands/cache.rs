@@ -29,7 +29,22 @@ pub enum CacheCmd {
         keep_runs: usize,
     },
     /// Re-hash every blob and report every bad entry, and the blobs in quarantine.
-    Verify,
+    Verify {
+        /// Also check the shared cache's entries this project's lock files and runs name:
+        /// signed by a writer the trust files list, and the same outputs as the local ones.
+        #[arg(long)]
+        remote: bool,
+    },
+    /// Make this machine's signing key, for writing to a shared cache (`--remote-cache-mode
+    /// readwrite`); prints the line a team adds to .heddle/trusted-writers.
+    Keygen {
+        /// The name readers' records and messages call this writer by (default: user@host).
+        #[arg(long)]
+        name: Option<String>,
+        /// Replace an existing key (what it signed is trusted only while its line is listed).
+        #[arg(long)]
+        force: bool,
+    },
     /// Upload to the shared cache what a run (default: the last) or a lock file references.
     Push {
         /// A run id, a unique prefix, or `last`.
@@ -42,15 +57,23 @@ pub enum CacheCmd {
 }
 
 pub async fn cache(s: &Session, cmd: &CacheCmd) -> Result<i32, Error> {
-    let store = s.open_store()?;
+    let store = || s.open_store();
     match cmd {
-        CacheCmd::Du => du(&store),
-        CacheCmd::Verify => verify(&store),
-        CacheCmd::Push { run, lock } => push(s, store, run.as_deref(), lock.as_deref()).await,
+        // A key is the user's, not the cache's: no store needed.
+        CacheCmd::Keygen { name, force } => super::cache_trust::keygen(name.as_deref(), *force),
+        CacheCmd::Du => du(store()?.as_ref()),
+        CacheCmd::Verify { remote: false } => verify(store()?.as_ref()),
+        CacheCmd::Verify { remote: true } => {
+            let store = store()?;
+            let local = verify(&store)?;
+            let remote = super::cache_trust::verify_remote(s, &store).await?;
+            Ok(local.max(remote))
+        }
+        CacheCmd::Push { run, lock } => push(s, store()?, run.as_deref(), lock.as_deref()).await,
         CacheCmd::Gc {
             max_size,
             keep_runs,
-        } => gc(s, &store, max_size.as_deref(), *keep_runs),
+        } => gc(s, store()?.as_ref(), max_size.as_deref(), *keep_runs),
     }
 }
 
@@ -182,7 +205,7 @@ fn blobs(n: u64) -> String {
 
 /// Cache keys named by the lock files `<root>/pipelines/*.lock`, read with the lock reader.
 /// A lock file that does not read is reported and its keys are not kept.
-fn lock_keys(root: &Path) -> Vec<Digest> {
+pub(crate) fn lock_keys(root: &Path) -> Vec<Digest> {
     let mut out = Vec::new();
     let mut files: Vec<_> = std::fs::read_dir(root.join("pipelines"))
         .into_iter()
@@ -236,6 +259,12 @@ async fn push(
     let remote = s
         .open_remote(&root, store.clone())?
         .ok_or(Error::NoRemote)?;
+    if !remote.writable() {
+        return Err(Error::Usage(format!(
+            "remote cache {} is read-only (the default): `heddle cache push` writes to it only with --remote-cache-mode readwrite (or remote_mode = \"readwrite\" in [cache], or HEDDLE_REMOTE_CACHE_MODE=readwrite) and a signing key (`heddle cache keygen`)",
+            remote.describe()
+        )));
+    }
     let keys: Vec<Digest> = match lock {
         Some(path) => LockFile::read(path)?
             .instances

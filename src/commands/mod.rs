@@ -2,6 +2,7 @@
 //! function that runs it against a [`crate::session::Session`] and returns the exit code.
 
 pub mod cache;
+mod cache_trust;
 pub mod cluster;
 pub mod dag;
 pub mod diff;

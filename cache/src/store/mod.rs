@@ -53,6 +53,11 @@ pub(crate) enum BlobState {
     Missing,
     /// It was there but did not hash to its name; it has been removed.
     Corrupt,
+    /// It hashes to its name but is not the size the caller was told: the caller's record
+    /// (an entry, perhaps a remote's) is wrong. The blob is kept.
+    WrongSize {
+        actual: u64,
+    },
 }
 
 /// Why a blob is being served: to restore an output (trusted on its stat) or to feed a stage

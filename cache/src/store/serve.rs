@@ -2,6 +2,7 @@
 //! that no longer matches its name is quarantined, so the caller sees a miss, never bad bytes.
 //! Outputs are materialised beside their destination and renamed over it.
 
+use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -35,20 +36,27 @@ impl Store {
                 })
             }
         };
-        if !meta.is_file() || size.is_some_and(|s| s != meta.len()) {
+        if !meta.is_file() {
             if self.quarantine(d).is_err() {
                 let _ = remove_any(&p);
             }
             return Ok(BlobState::Corrupt);
         }
+        // A size other than the caller's says the caller's record is wrong unless the blob
+        // itself changed: a write or truncation through a link moves the sentinel mtime. An
+        // entry that lies about a size (a remote's) must never cost the store a good blob.
+        let sized = match size {
+            Some(s) if s != meta.len() => BlobState::WrongSize { actual: meta.len() },
+            _ => BlobState::Ok,
+        };
         if meta.modified().ok() == Some(blob_mtime()) {
-            return Ok(BlobState::Ok);
+            return Ok(sized);
         }
         match hash_file(&p) {
             Ok(actual) if actual == *d => {
                 fsutil::reset_blob_mtime(&p).map_err(CacheError::io("set mtime of", &p))?;
                 self.mark_verified(d);
-                Ok(BlobState::Ok)
+                Ok(sized)
             }
             Ok(_) => {
                 if self.quarantine(d).is_err() {
@@ -68,6 +76,11 @@ impl Store {
             BlobState::Ok => Ok(()),
             BlobState::Missing => Err(CacheError::MissingBlob { digest: *d }),
             BlobState::Corrupt => Err(CacheError::CorruptBlob { digest: *d }),
+            BlobState::WrongSize { actual } => Err(CacheError::WrongSize {
+                digest: *d,
+                expected: size.unwrap_or(0),
+                actual,
+            }),
         }
     }
 
@@ -147,6 +160,11 @@ impl Store {
                 let entries = self.read_tree(digest)?;
                 fs::create_dir(tmp.path())
                     .map_err(CacheError::io("create directory", tmp.path()))?;
+                // A blob a tree lists many times is placed once and linked for the rest: a
+                // manifest (a remote's, say) naming one 1 MiB blob 300 times costs 1 MiB of
+                // disk, not 300. Files with one content and mode share an inode, which
+                // nothing can tell apart from copies since materialised files are read-only.
+                let mut placed: HashMap<(Digest, bool), PathBuf> = HashMap::new();
                 for e in &entries {
                     let at = tmp.path().join(e.path());
                     match e {
@@ -157,8 +175,12 @@ impl Store {
                             executable,
                             path,
                         } => {
-                            self.require_served(digest, *size, serve)?;
-                            self.place_file(digest, &at, *size, *executable)?;
+                            let first = placed.get(&(*digest, *executable));
+                            if first.is_none_or(|first| fs::hard_link(first, &at).is_err()) {
+                                self.require_served(digest, *size, serve)?;
+                                self.place_file(digest, &at, *size, *executable)?;
+                                placed.insert((*digest, *executable), at.clone());
+                            }
                             recorded.push((dest.join(path), *digest));
                         }
                         TreeEntry::Symlink { target, .. } => make_symlink(target, &at)?,

@@ -269,3 +269,59 @@ fn adopted_small_outputs_and_sandbox_inputs_are_links_not_copies() {
         "a changed blob is a miss"
     );
 }
+
+/// An entry (a remote's, say) that gives a stored blob the wrong size is refused, and the
+/// blob, which still hashes to its name, stays: for serving and for feeding a stage alike.
+#[test]
+fn a_wrong_size_in_an_entry_never_quarantines_a_good_blob() {
+    let (dir, s) = store();
+    let good = put_file(&s, dir.path(), "w.bin", big(200_000, 1));
+    let OutputEntry::File { digest, size, .. } = good else {
+        panic!("a file")
+    };
+    let lying = OutputEntry::File {
+        digest,
+        size: size + 1,
+        executable: false,
+    };
+    let err = s.materialize(&lying, &dir.path().join("out")).unwrap_err();
+    assert!(
+        matches!(err, crate::CacheError::WrongSize { expected, actual, .. } if expected == size + 1 && actual == size),
+        "{err:?}"
+    );
+    let err = s.link_into(&lying, &dir.path().join("fed")).unwrap_err();
+    assert!(
+        matches!(err, crate::CacheError::WrongSize { .. }),
+        "{err:?}"
+    );
+    assert!(s.has_blob(&digest));
+    assert!(s.verify().unwrap().is_clean());
+    s.materialize(&good, &dir.path().join("out")).unwrap();
+}
+
+/// A tree listing one blob many times materialises it once: the other places are links to it.
+#[cfg(unix)]
+#[test]
+fn a_tree_listing_one_blob_many_times_is_one_file_on_disk() {
+    use std::os::unix::fs::MetadataExt;
+    let (dir, s) = store();
+    let tree = dir.path().join("tree");
+    fs::create_dir_all(&tree).unwrap();
+    for i in 0..50 {
+        let f = tree.join(format!("f{i}"));
+        fs::write(&f, big(100_000, 9)).unwrap();
+        set_exec(&f);
+    }
+    fs::write(tree.join("other"), b"other").unwrap();
+    let e = s.put_output(&tree).unwrap();
+    let out = dir.path().join("out");
+    s.materialize(&e, &out).unwrap();
+    let inodes: HashSet<u64> = (0..50)
+        .map(|i| fs::metadata(out.join(format!("f{i}"))).unwrap().ino())
+        .collect();
+    assert_eq!(inodes.len(), 1);
+    assert_eq!(fs::read(out.join("f7")).unwrap(), big(100_000, 9));
+    assert_eq!(fs::read(out.join("other")).unwrap(), b"other");
+    let stats = StatCache::load(&dir.path().join("stats.json"));
+    assert!(s.is_materialized(&e, &out, &stats));
+}

@@ -88,8 +88,13 @@ impl ReapiHeaders {
                     "{name:?}: binary (-bin) headers are not supported"
                 )));
             }
-            let key = AsciiMetadataKey::from_bytes(name.as_bytes())
-                .map_err(|_| bad(format!("{name:?} is not a header name")))?;
+            // Not echoed: what stands before the first `=` of `Authorization: Bearer abc==`
+            // (the HTTP spelling, base64 padding) is the token itself.
+            let key = AsciiMetadataKey::from_bytes(name.as_bytes()).map_err(|_| {
+                bad(format!(
+                    "an entry of {HEADERS_VAR} does not start with a header name (its text is not shown); expected name=value, e.g. authorization=Bearer <token>"
+                ))
+            })?;
             let value = value.trim();
             // `http` lets bytes over 0x7f through; a token or key is printable ASCII.
             let printable = value.bytes().all(|b| (b' '..=b'~').contains(&b));
@@ -210,7 +215,8 @@ mod tests {
                 "token",
                 "an entry of HEDDLE_REMOTE_HEADERS has no `=`: expected name=value",
             ),
-            ("bad name=x", "\"bad name\" is not a header name"),
+            ("bad name=x", "an entry of HEDDLE_REMOTE_HEADERS does not start with a header name (its text is not shown); expected name=value, e.g. authorization=Bearer <token>"),
+            ("Authorization: Bearer s3cr3t==", "an entry of HEDDLE_REMOTE_HEADERS does not start with a header name (its text is not shown); expected name=value, e.g. authorization=Bearer <token>"),
             (
                 "k-bin=x",
                 "\"k-bin\": binary (-bin) headers are not supported",
@@ -221,6 +227,7 @@ mod tests {
             ),
         ] {
             let e = ReapiHeaders::parse(text, "grpc://h:1").unwrap_err();
+            assert!(!e.to_string().to_lowercase().contains("s3cr3t"), "{e}");
             assert_eq!(
                 e.to_string(),
                 format!("failed to read the headers for remote cache grpc://h:1: {reason}")

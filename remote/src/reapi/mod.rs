@@ -49,6 +49,8 @@ use self::proto::build::bazel::remote::execution::v2 as re;
 use self::proto::build::bazel::remote::execution::v2::action_cache_client::ActionCacheClient;
 use self::proto::build::bazel::remote::execution::v2::content_addressable_storage_client::ContentAddressableStorageClient;
 use crate::backend::{BlobStream, Endpoint, EntryBlobs, RemoteBackend, RemoteFuture, Timeouts};
+use crate::bounded::BoundedBody;
+use crate::download::MAX_ENTRY_BYTES;
 use crate::RemoteError;
 
 pub(crate) use self::call::is_unavailable_code;
@@ -57,8 +59,6 @@ pub use self::connect::{ReapiHeaders, ReapiOptions, HEADERS_VAR};
 /// Blobs up to this size go in one batch call; larger ones stream over ByteStream. Well under
 /// gRPC's default 4 MiB message limit, which servers apply to batch requests too.
 pub const BATCH_MAX: u64 = 1024 * 1024;
-/// An action entry is a few KiB; anything far larger is not one, and is not read into memory.
-const MAX_ENTRY_BYTES: u64 = 16 * 1024 * 1024;
 /// Tree-manifest sizes remembered from ActionResults (see [`ReapiCache::sizes`]); cleared past
 /// this many so a long run's memory stays bounded.
 const MAX_REMEMBERED_SIZES: usize = 100_000;
@@ -180,21 +180,16 @@ impl ReapiCache {
         if size <= BATCH_MAX {
             return self.batch_read(digest, size).await;
         }
-        let Some(mut body) = bytestream::read(&self.target(), digest, size).await? else {
+        let Some(body) = bytestream::read(&self.target(), digest, size).await? else {
             return Ok(None);
         };
-        let mut all = Vec::with_capacity(size as usize);
-        let idle = self.endpoint.timeouts.idle;
-        loop {
-            match tokio::time::timeout(idle, body.next()).await {
-                Ok(Some(chunk)) => all.extend_from_slice(&chunk?),
-                Ok(None) => return Ok(Some(Bytes::from(all))),
-                Err(_) => {
-                    let object = format!("blob {digest}");
-                    return Err(self.site("read", &object).timeout(idle));
-                }
-            }
-        }
+        // Cut off past the size the ActionResult gives (at most MAX_ENTRY_BYTES): what
+        // arrives is what is bounded.
+        let (name, timeouts) = (&self.endpoint.name, self.endpoint.timeouts);
+        let all = BoundedBody::new(body, format!("blob {digest}"), name, timeouts, size)
+            .collect()
+            .await?;
+        Ok(Some(Bytes::from(all)))
     }
 
     fn remember_sizes(&self, blobs: &[(Digest, u64)]) {

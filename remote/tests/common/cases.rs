@@ -7,6 +7,7 @@ pub fn short_timeouts() -> Timeouts {
         request: Duration::from_secs(3),
         idle: Duration::from_secs(3),
         retries: 3,
+        ..Timeouts::default()
     }
 }
 
@@ -14,15 +15,19 @@ pub fn short_timeouts() -> Timeouts {
 pub async fn case_round_trip(remote: Arc<dyn RemoteBackend>) {
     let a = local();
     let entry = make_action(&a, 1, 3 * 1024 * 1024 + 17);
-    let pushed = push_action(&*remote, &a.store, &entry).await.unwrap();
+    let pushed = push_action(&*remote, &a.store, &entry, &signer())
+        .await
+        .unwrap();
     // model, tree manifest, a.txt, b.bin, run.sh.
     assert_eq!(pushed.blobs_uploaded, 5, "{pushed:?}");
-    let again = push_action(&*remote, &a.store, &entry).await.unwrap();
+    let again = push_action(&*remote, &a.store, &entry, &signer())
+        .await
+        .unwrap();
     assert_eq!((again.blobs_uploaded, again.blobs_present), (0, 5));
 
     let b = local();
     assert!(b.store.lookup_action(&entry.key).unwrap().is_none());
-    let (fetched, report) = fetch_action(&*remote, b.store.clone(), entry.key)
+    let (fetched, report) = fetch_action(&*remote, b.store.clone(), entry.key, &rules(), None)
         .await
         .unwrap()
         .expect("the remote has the entry");
@@ -30,10 +35,12 @@ pub async fn case_round_trip(remote: Arc<dyn RemoteBackend>) {
     assert!(tmp_leftovers(&b.store).is_empty());
 
     let missing = Digest::of_bytes(b"never pushed");
-    assert!(fetch_action(&*remote, b.store.clone(), missing)
-        .await
-        .unwrap()
-        .is_none());
+    assert!(
+        fetch_action(&*remote, b.store.clone(), missing, &rules(), None)
+            .await
+            .unwrap()
+            .is_none()
+    );
 }
 
 /// A blob overwritten on the server with other bytes of the same length is detected by
@@ -51,7 +58,7 @@ pub async fn case_corrupt_blob(
     corrupt(digest, evil);
 
     let b = local();
-    let err = fetch_action(&*remote, b.store.clone(), entry.key)
+    let err = fetch_action(&*remote, b.store.clone(), entry.key, &rules(), None)
         .await
         .unwrap_err();
     match &err {
@@ -84,14 +91,15 @@ pub async fn case_concurrent_writers(make_remote: impl Fn() -> Arc<dyn RemoteBac
     let eb = make_action(&b, 3, 20 * 1024 * 1024);
     assert_eq!(ea, eb);
     let (ra, rb) = (make_remote(), make_remote());
+    let key = signer();
     let (pa, pb) = tokio::join!(
-        push_action(&*ra, &a.store, &ea),
-        push_action(&*rb, &b.store, &eb)
+        push_action(&*ra, &a.store, &ea, &key),
+        push_action(&*rb, &b.store, &eb, &key)
     );
     pa.unwrap();
     pb.unwrap();
     let c = local();
-    let (fetched, _) = fetch_action(&*make_remote(), c.store.clone(), ea.key)
+    let (fetched, _) = fetch_action(&*make_remote(), c.store.clone(), ea.key, &rules(), None)
         .await
         .unwrap()
         .unwrap();
@@ -121,7 +129,7 @@ pub async fn case_server_gone(
     break_server();
     let b = local();
     let started = Instant::now();
-    let err = fetch_action(&*remote, b.store.clone(), entry.key)
+    let err = fetch_action(&*remote, b.store.clone(), entry.key, &rules(), None)
         .await
         .unwrap_err();
     assert!(
@@ -130,7 +138,10 @@ pub async fn case_server_gone(
         started.elapsed()
     );
     assert!(b.store.lookup_action(&entry.key).unwrap().is_none());
-    (err, push_action(&*remote, &a.store, &entry).await)
+    (
+        err,
+        push_action(&*remote, &a.store, &entry, &signer()).await,
+    )
 }
 
 /// The local blob of an action's model no longer hashes to its name: the push is refused with
@@ -151,7 +162,9 @@ pub async fn case_locally_corrupted_blob(
         std::fs::set_permissions(&blob, std::fs::Permissions::from_mode(0o644)).unwrap();
     }
     std::fs::write(&blob, pseudo_random(seed + 1000, size)).unwrap();
-    let err = push_action(&*remote, &a.store, &entry).await.unwrap_err();
+    let err = push_action(&*remote, &a.store, &entry, &signer())
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, RemoteError::LocalCorrupt { digest, .. } if digest == model),
         "{err:?}"

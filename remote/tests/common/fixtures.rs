@@ -2,6 +2,19 @@
 
 use super::*;
 
+/// The key the tests' writers sign entries with (a fixed seed: tests only).
+pub fn signer() -> SigningKey {
+    SigningKey::from_seed([42; 32])
+}
+
+/// Read rules that trust [`signer`] and nobody else.
+pub fn rules() -> ReadRules {
+    ReadRules {
+        writers: TrustedWriters::of([(signer().public(), "test-writer".to_string())]),
+        ..ReadRules::default()
+    }
+}
+
 /// A local store in a temp dir.
 pub struct Local {
     pub dir: tempfile::TempDir,
@@ -23,7 +36,9 @@ pub async fn pushed_action(
 ) -> (Local, ActionEntry) {
     let a = local();
     let entry = make_action(&a, seed, big);
-    push_action(remote, &a.store, &entry).await.unwrap();
+    push_action(remote, &a.store, &entry, &signer())
+        .await
+        .unwrap();
     (a, entry)
 }
 

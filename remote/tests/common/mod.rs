@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use heddle_cache::{ActionEntry, Digest, OutputEntry, Store};
 use heddle_remote::{
-    fetch_action, push_action, FetchReport, OpendalCache, ReapiCache, ReapiOptions, RemoteBackend,
-    RemoteError, RemoteUrl, S3Settings, Timeouts,
+    fetch_action, push_action, FetchReport, OpendalCache, ReadRules, ReapiCache, ReapiOptions,
+    RemoteBackend, RemoteError, RemoteUrl, S3Settings, SigningKey, Timeouts, TrustedWriters,
 };
 
 /// The workspace root, whether this file is compiled into heddle-remote's tests or (through

@@ -490,6 +490,7 @@ pub fn reapi_timeouts() -> Timeouts {
         request: Duration::from_secs(20),
         idle: Duration::from_secs(20),
         retries: 3,
+        ..Timeouts::default()
     }
 }
 

@@ -33,6 +33,33 @@ pub const DESC_FILE: &str = "action.json";
 pub const DESC_IN: &str = "in";
 pub const DESC_STAGE: &str = "stage";
 
+/// The names a description entry may hold (the shared cache refuses an entry naming others
+/// before any download).
+pub fn description_outputs() -> Vec<String> {
+    [DESC_FILE, DESC_IN, DESC_STAGE]
+        .map(str::to_string)
+        .to_vec()
+}
+
+/// The names an outcome entry for an action with `outputs` may hold.
+pub fn outcome_outputs<'a>(outputs: impl IntoIterator<Item = &'a String>) -> Vec<String> {
+    [
+        OUTCOME_FILE,
+        OUTCOME_STDOUT,
+        OUTCOME_STDERR,
+        OUTCOME_ERROR,
+        OUTCOME_FACTS,
+    ]
+    .map(str::to_string)
+    .into_iter()
+    .chain(
+        outputs
+            .into_iter()
+            .map(|o| format!("{OUTCOME_OUT_PREFIX}{o}")),
+    )
+    .collect()
+}
+
 /// Names of the outcome entry's outputs besides `out.<name>`.
 pub const OUTCOME_FILE: &str = "outcome.json";
 pub const OUTCOME_STDOUT: &str = "stdout";
@@ -205,4 +232,26 @@ mod tests {
             assert_eq!(ExecOutcome::from(&ExecEnd::from(&o)), o);
         }
     }
+}
+
+/// Fetch `key`'s entry and blobs when every output it names is one of `allowed` (a description
+/// or an outcome holds only the files that exist: a stage that printed nothing has no stdout).
+/// The shared cache refuses an entry that does not name exactly the outputs it is given, so
+/// the entry is read first and its names, cut to `allowed`, are what it is held to: a name
+/// outside `allowed` is still refused before any download.
+pub async fn fetch_allowing(
+    shared: &dyn crate::shared_cache::SharedCache,
+    key: &Digest,
+    allowed: &[String],
+) -> Result<Option<crate::shared_cache::RemoteSigner>, crate::shared_cache::SharedCacheError> {
+    let Some(entry) = shared.entry(*key).await? else {
+        return Ok(None);
+    };
+    let names = entry
+        .outputs
+        .keys()
+        .filter(|n| allowed.contains(n))
+        .cloned()
+        .collect();
+    shared.fetch(*key, names).await
 }

@@ -367,27 +367,29 @@ impl ClusterExecutor {
                 e.message
             ))
         };
-        let outcome = match drv.shared.fetch(okey).await {
-            Ok(true) => match self.read_outcome(okey) {
+        let outcome_names = d::outcome_outputs(self.job.outputs.keys());
+        let outcome = match d::fetch_allowing(drv.shared.as_ref(), &okey, &outcome_names).await {
+            Ok(Some(_)) => match self.read_outcome(okey) {
                 Ok(o) => Some(o),
                 Err(e) => return Back::Infra(e),
             },
-            Ok(false) => None,
+            Ok(None) => None,
             Err(e) => return unreachable(e),
         };
         if let Some((o, _)) = &outcome {
             self.set_node(&o.node);
         }
         if self.job.entry.is_some() && self.job.reuse {
-            match drv.shared.fetch(key).await {
-                Ok(true) => {
+            let names = self.job.outputs.keys().cloned().collect();
+            match drv.shared.fetch(key, names).await {
+                Ok(Some(_)) => {
                     let restored = self.restore(req, key, outcome.as_ref().map(|(_, e)| e), false);
                     return match restored {
                         Ok(()) => Back::Done(ExecOutcome::Exited(0)),
                         Err(e) => Back::Infra(e),
                     };
                 }
-                Ok(false) => {}
+                Ok(None) => {}
                 Err(e) => return unreachable(e),
             }
         }

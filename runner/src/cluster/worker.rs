@@ -163,9 +163,9 @@ impl Worker {
     async fn description(&self, key: Digest) -> Result<Option<Description>, String> {
         let remote = self.shared.describe();
         let dkey = d::description_key(&key);
-        match self.shared.fetch(dkey).await {
-            Ok(true) => {}
-            Ok(false) => {
+        match d::fetch_allowing(self.shared.as_ref(), &dkey, &d::description_outputs()).await {
+            Ok(Some(_)) => {}
+            Ok(None) => {
                 return Err(format!(
                     "no description of action {key} in the shared cache {remote}"
                 ))

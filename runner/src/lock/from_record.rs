@@ -222,6 +222,7 @@ mod tests {
             status: status_record,
             cached: true,
             remote: false,
+            remote_signer: None,
             cache_key: (status != Status::Skipped).then(|| "ab".repeat(32)),
             reason: "cached".into(),
             duration_ms: 1,

@@ -39,8 +39,9 @@ pub(super) async fn process(
         if let Some(hit) = find_hit(sh, id, &key) {
             return serve_hit(sh, id, record, hit);
         }
-        if let Some(hit) = find_remote_hit(sh, id, &key).await {
+        if let Some((hit, signer)) = find_remote_hit(sh, id, &key).await {
             record.remote = true;
+            record.remote_signer = Some(signer);
             return serve_hit(sh, id, record, hit);
         }
     }
@@ -149,12 +150,16 @@ fn find_hit(sh: &Shared, id: usize, key: &Digest) -> Option<Hit> {
 
 /// Read-through: on a local miss, ask the shared cache; what it brings is verified and in the
 /// local store before [`find_hit`] serves it from there.
-async fn find_remote_hit(sh: &Shared, id: usize, key: &Digest) -> Option<Hit> {
+/// With the hit, who signed the remote's entry (the record names them).
+async fn find_remote_hit(
+    sh: &Shared,
+    id: usize,
+    key: &Digest,
+) -> Option<(Hit, crate::record::RemoteSigner)> {
     let gate = sh.opts.remote.as_ref()?;
-    if !gate.fetch(*key).await {
-        return None;
-    }
-    find_hit(sh, id, key)
+    let declared = sh.ctx.plan.stage_of(id).outputs.keys().cloned().collect();
+    let signer = gate.fetch(*key, declared).await?;
+    Some((find_hit(sh, id, key)?, signer))
 }
 
 /// The outputs found and where they were materialised.

@@ -19,6 +19,7 @@ pub(super) fn empty_record(stage: &Stage) -> InstanceRecord {
         status: StatusRecord::ok("", Default::default()),
         cached: false,
         remote: false,
+        remote_signer: None,
         cache_key: None,
         reason: String::new(),
         duration_ms: 0,
