@@ -276,11 +276,11 @@ mod tests {
         let e = Error::CannotVerify {
             entry: "e.md".into(),
             pipeline_file: "p.toml".into(),
-            source: Box::new(Error::NotCached(vec!["a".into(), "b".into()])),
+            source: Box::new(Error::DrawReport("no axes".into())),
         };
         assert_eq!(
             render(&e),
-            "error: cannot verify e.md: its pipeline p.toml cannot run here\n  caused by: 2 instances are not in the cache (a, b); run the pipeline first"
+            "error: cannot verify e.md: its pipeline p.toml cannot run here\n  caused by: failed to draw the report: no axes"
         );
         assert_eq!(e.exit_code(), EXIT_STAGE_FAILED);
     }

@@ -91,7 +91,7 @@ fi
 bash remote/tests/servers.sh && export HEDDLE_REQUIRE_REMOTE_SERVERS=1
 
 echo "== cargo test"
-cargo test --workspace --release 2>&1 | tee target/cargo-test.log
+cargo test --workspace --release --no-fail-fast 2>&1 | tee target/cargo-test.log
 [[ -f target/corpus.md ]] && cat target/corpus.md
 echo "== pytest (stage scripts)"
 "$venv/bin/pytest" -q tests/python
