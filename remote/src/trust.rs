@@ -221,7 +221,7 @@ mod tests {
             (&format!("{alice} a\u{1b}[31m\n"), "1:74: the writer's name holds a control character"),
         ] {
             std::fs::write(&file, text).unwrap();
-            let e = TrustedWriters::load(&[file.clone()]).unwrap_err();
+            let e = TrustedWriters::load(std::slice::from_ref(&file)).unwrap_err();
             assert_eq!(e.to_string(), format!("failed to parse {}:{want}", file.display()));
         }
     }

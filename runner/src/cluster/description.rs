@@ -208,6 +208,28 @@ pub fn place_sandbox(text: &str, sandbox: &str) -> String {
     text.replace(SANDBOX_TOKEN, sandbox)
 }
 
+/// Fetch `key`'s entry and blobs when every output it names is one of `allowed` (a description
+/// or an outcome holds only the files that exist: a stage that printed nothing has no stdout).
+/// The shared cache refuses an entry that does not name exactly the outputs it is given, so
+/// the entry is read first and its names, cut to `allowed`, are what it is held to: a name
+/// outside `allowed` is still refused before any download.
+pub async fn fetch_allowing(
+    shared: &dyn crate::shared_cache::SharedCache,
+    key: &Digest,
+    allowed: &[String],
+) -> Result<Option<crate::shared_cache::RemoteSigner>, crate::shared_cache::SharedCacheError> {
+    let Some(entry) = shared.entry(*key).await? else {
+        return Ok(None);
+    };
+    let names = entry
+        .outputs
+        .keys()
+        .filter(|n| allowed.contains(n))
+        .cloned()
+        .collect();
+    shared.fetch(*key, names).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,26 +254,4 @@ mod tests {
             assert_eq!(ExecOutcome::from(&ExecEnd::from(&o)), o);
         }
     }
-}
-
-/// Fetch `key`'s entry and blobs when every output it names is one of `allowed` (a description
-/// or an outcome holds only the files that exist: a stage that printed nothing has no stdout).
-/// The shared cache refuses an entry that does not name exactly the outputs it is given, so
-/// the entry is read first and its names, cut to `allowed`, are what it is held to: a name
-/// outside `allowed` is still refused before any download.
-pub async fn fetch_allowing(
-    shared: &dyn crate::shared_cache::SharedCache,
-    key: &Digest,
-    allowed: &[String],
-) -> Result<Option<crate::shared_cache::RemoteSigner>, crate::shared_cache::SharedCacheError> {
-    let Some(entry) = shared.entry(*key).await? else {
-        return Ok(None);
-    };
-    let names = entry
-        .outputs
-        .keys()
-        .filter(|n| allowed.contains(n))
-        .cloned()
-        .collect();
-    shared.fetch(*key, names).await
 }
