@@ -18,11 +18,13 @@ apt_install() { # WHY PACKAGES...
 # the same PIP_ARGS and requirement files (a stamp of both): target/ may be reused across CI runs
 # (.ci/run), and a changed pin must not leave a stale venv behind.
 python_venv() { # DIR PROBE WHY PIP_ARGS...
-  local dir="$1" probe="$2" why="$3"
+  local dir probe="$2" why="$3"
+  # The real path: a venv's scripts name it, and target/ may be a link that moves (.ci/run).
+  dir="$(realpath -m "$1")"
   shift 3
   local stamp arg prev=""
   stamp="$(
-    printf '%s\n' "$@"
+    printf '%s\n' "$dir" "$@"
     for arg in "$@"; do
       [[ "$prev" == -r && -f "$arg" ]] && cat "$arg"
       prev="$arg"
