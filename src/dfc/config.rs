@@ -100,7 +100,10 @@ pub fn load(
     for path in files {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            // Absent, or in a folder this user cannot search (a stage run as another user
+            // with the caller's HOME): there is nothing of this user's to read, as for the
+            // remote's config layers.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound || !path.exists() => continue,
             Err(source) => {
                 return Err(DfcConfigError::Read {
                     path: path.clone(),

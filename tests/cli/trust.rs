@@ -104,7 +104,7 @@ fn a_project_remote_gets_no_credentials_until_trusted() {
     assert_eq!(
         plan.stderr,
         format!(
-            "warning: not using the remote cache settings (s3://bucket/p readwrite) in .heddle/config.toml: this project is not trusted to choose where your credentials go\n  = help: read it, then `heddle trust --root .` to use it\n"
+            "warning: not using the remote cache settings (s3://bucket/p read) in .heddle/config.toml: this project is not trusted to choose where your credentials go\n  = help: read it, then `heddle trust --root .` to use it\n"
         )
     );
     let run = heddle(&p, home.path(), &["run", "p.toml", "--progress", "plain"]).ok();
