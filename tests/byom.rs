@@ -394,7 +394,7 @@ fn init_refuses_to_overwrite_and_names_examples() {
     let r = p.heddle(&["init", "--example", "nope"]).code(2);
     assert_eq!(
         r.stderr,
-        "error: no example `nope` (examples: compile-onnx, mezo-ort)\n"
+        "error: no example `nope` (examples: compile-onnx, compile-onnx-dfc, mezo-ort)\n"
     );
     p.heddle(&["init"]).ok();
     let err = p.heddle(&["init"]).code(2).stderr;
