@@ -58,9 +58,11 @@ fn writer(p: &Project) -> String {
     r.stdout.lines().last().unwrap().to_string()
 }
 
-/// `p` trusts the writer whose line this is.
+/// `p` trusts the writer whose line this is: the project's trust file lists it, and the user
+/// trusts the project (a project's trusted-writers counts only then, docs/scale-out.md).
 fn trusting(p: &Project, line: &str) {
     p.file(".heddle/trusted-writers", &format!("{line}\n"));
+    p.trust();
 }
 
 struct Remote {

@@ -105,12 +105,14 @@ pub fn signing_key(p: &Project) -> SigningKey {
     SigningKey::load(&key_file(p)).unwrap()
 }
 
-/// `p`'s project trust file lists `lines`.
+/// `p`'s project trust file lists `lines`, and the user trusts the project (a project's
+/// trusted-writers counts only then, docs/scale-out.md).
 pub fn trust(p: &Project, lines: &[&str]) {
     p.file(
         ".heddle/trusted-writers",
         &format!("{}\n", lines.join("\n")),
     );
+    p.trust();
 }
 
 /// A writer (alice, with a key) and a reader trusting her, after alice's run filled `remote`.
