@@ -31,7 +31,8 @@ pub struct Cli {
     /// ~/.config/heddle/config.toml.
     #[arg(long, global = true, value_name = "URL")]
     remote_cache: Option<String>,
-    /// read: only fetch from the shared cache; readwrite (the default): also upload what runs here.
+    /// read (the default): only fetch from the shared cache; readwrite: also upload what runs
+    /// here, signed with this machine's key (`heddle cache keygen`).
     #[arg(long, global = true, value_name = "MODE")]
     remote_cache_mode: Option<String>,
     #[command(subcommand)]
