@@ -80,10 +80,13 @@ impl Setup {
         c
     }
 
+    /// `heddle run PIPELINE --progress plain --cluster hpc`, to spawn or run.
+    fn run_cmd(&self, pipeline: &str) -> std::process::Command {
+        self.cmd(&["run", pipeline, "--progress", "plain", "--cluster", "hpc"])
+    }
+
     fn run(&self, pipeline: &str, extra: &[&str]) -> Run {
-        let mut args = vec!["run", pipeline, "--progress", "plain", "--cluster", "hpc"];
-        args.extend_from_slice(extra);
-        self.cmd(&args).output().unwrap().into()
+        self.run_cmd(pipeline).args(extra).output().unwrap().into()
     }
 
     fn record(&self) -> Value {
@@ -210,14 +213,7 @@ fn ctrl_c_cancels_every_job_of_the_run() {
     };
     s.p.file("slow.toml", &fixture("slow.toml"));
     let mut child = s
-        .cmd(&[
-            "run",
-            "slow.toml",
-            "--progress",
-            "plain",
-            "--cluster",
-            "hpc",
-        ])
+        .run_cmd("slow.toml")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -252,14 +248,7 @@ fn a_job_cancelled_from_outside_is_retried_once_then_reported() {
         &fixture("chain.toml").replace("__NONCE__", "x"),
     );
     let mut child = s
-        .cmd(&[
-            "run",
-            "fail.toml",
-            "--progress",
-            "plain",
-            "--cluster",
-            "hpc",
-        ])
+        .run_cmd("fail.toml")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -323,14 +312,7 @@ fn an_evicted_input_is_an_infrastructure_fault_and_is_retried() {
         &fixture("chain.toml").replace("__NONCE__", "y"),
     );
     let mut child = s
-        .cmd(&[
-            "run",
-            "chain.toml",
-            "--progress",
-            "plain",
-            "--cluster",
-            "hpc",
-        ])
+        .run_cmd("chain.toml")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -431,14 +413,7 @@ fn a_job_pending_past_the_limit_is_reported_with_slurm_s_reason() {
     s.p.file("fail.toml", &fixture("fail.toml"));
     let err_file = s.p.path("run.err");
     let mut child = s
-        .cmd(&[
-            "run",
-            "fail.toml",
-            "--progress",
-            "plain",
-            "--cluster",
-            "hpc",
-        ])
+        .run_cmd("fail.toml")
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(&err_file).unwrap())
         .spawn()
@@ -491,14 +466,7 @@ fn container_stages_run_on_the_node_s_engine_and_ctrl_c_leaves_no_container() {
 
     s.p.file("boxed-wait.toml", &fixture("boxed-wait.toml"));
     let mut child = s
-        .cmd(&[
-            "run",
-            "boxed-wait.toml",
-            "--progress",
-            "plain",
-            "--cluster",
-            "hpc",
-        ])
+        .run_cmd("boxed-wait.toml")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -592,14 +560,7 @@ fn a_secret_reaches_the_worker_but_never_the_shared_cache() {
          outputs = { o = \"o.txt\" }\n",
     );
     let out: Run = s
-        .cmd(&[
-            "run",
-            "secret.toml",
-            "--progress",
-            "plain",
-            "--cluster",
-            "hpc",
-        ])
+        .run_cmd("secret.toml")
         .env("HEDDLE_TEST_TOKEN", canary)
         .output()
         .unwrap()
