@@ -88,9 +88,10 @@ impl<'de> serde::Deserialize<'de> for Digest {
     }
 }
 
-/// Read buffer for [`hash_file`]. Measured on a 1 GiB page-cached file: 64–128 KiB keeps the
-/// kernel's copy into the buffer inside L2, and the system time drops from ~0.6 s/GiB (1 MiB
-/// buffer) to ~0.1 s/GiB; user time is sha256 itself (SHA-NI through sha2's runtime detection).
+/// Read buffer for [`hash_file`]: 64–128 KiB keeps the kernel's copy into the buffer inside L2,
+/// which cut the system time of hashing a page-cached file several-fold against a 1 MiB buffer
+/// (benches/RESULTS.md, M8); user time is sha256 itself (SHA-NI through sha2's runtime
+/// detection).
 const HASH_BUF: usize = 128 * 1024;
 
 /// Files up to this size are read in one go and hashed from memory.

@@ -9,8 +9,8 @@
 //!   carries the sentinel mtime; any other is re-hashed first. So results are never computed
 //!   from rotted bytes and stored for good. In a chain, every input was produced (and hashed)
 //!   earlier in the same run, so this costs nothing; a stage that reads a 1 GiB blob from an
-//!   earlier run pays one sha256 pass over it (about 0.7 s per GiB here; measured by
-//!   `examples/feed_bench.rs`) before the stage starts.
+//!   earlier run pays one sha256 pass over it (`examples/feed_bench.rs`; benches/RESULTS.md, M9)
+//!   before the stage starts.
 //! - **Served on a hit** (materialised into `out/`): a small file (≤ 64 KiB) is read anyway to
 //!   be copied and is hashed on the way; a large one is trusted on its stat (sentinel mtime and
 //!   size), so a 1 GiB artefact is still restored in milliseconds. Rot that keeps the mtime in

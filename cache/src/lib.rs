@@ -32,18 +32,18 @@
 //! Linux: it was verified as it streamed in and the remote holds it durably, so instead of an
 //! fsync of its bytes (seconds for a GiB) its digest is made durable in the store's imports
 //! journal before it is renamed into place. The first [`Store::open`] after a reboot re-hashes
-//! the blobs the journals of that earlier boot list (about 0.7 s per GiB, once) and quarantines
+//! the blobs the journals of that earlier boot list (once; benches/RESULTS.md, M9) and quarantines
 //! any torn by the power loss, so the entries naming them read as misses
 //! (`store/imports_journal.rs`).
 //!
 //! ## Why a group commit
 //!
-//! On the development machine (ext4 on a virtual disk, shared and busy) an fsync costs 4–5 ms
-//! and creating a file 0.03–1 ms, so a durable `record_action` per stage (fsync of the blob,
-//! of the entry, of the shard folder) costs ~7 ms, over the ~2 ms per-stage budget. Writing
+//! On the development machine (ext4 on a virtual disk, shared and busy) a durable
+//! `record_action` per stage (fsync of the blob, of the entry, of the shard folder) cost more
+//! than the whole per-stage budget (benches/RESULTS.md, M10). Writing
 //! blobs unsynced and making one batch durable per commit keeps the ordering guarantee (no entry
 //! is visible before its blobs are durable) while [`Store::record_actions`] amortises the fsyncs
-//! over many stages: 1,000 stages recorded 50 at a time cost ~1.4 ms each, the same as with
+//! over many stages: recorded 50 at a time, stages cost the same as with
 //! [`Durability::None`]. `syncfs` is used only for very large batches: it also flushes every
 //! other dirty file on the filesystem (container layers, build trees), which can take seconds.
 //! Run `cargo run --release -p heddle-cache --example store_bench` to measure.

@@ -30,8 +30,7 @@
 //! units, until no container so labelled is running before its own stage starts.
 //!
 //! Cost: one create, attach and start and one list per unit taken, one forced removal per unit
-//! released (medians ~130 ms and ~27 ms on the local engine: `containers/examples/unit_lock.rs`,
-//! docs/scale-out.md).
+//! released (`containers/examples/unit_lock.rs` measures them; benches/RESULTS.md, M4).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -47,7 +46,7 @@ use crate::hosts::Host;
 pub const RECHECK: Duration = Duration::from_secs(1);
 
 /// How long a lock container must be seen not running before it counts as a dead creator's.
-/// A live creator goes from create to start in one attach round trip (~0.1 s here).
+/// A live creator goes from create to start in one attach round trip, far under this.
 pub const STALE_AFTER: Duration = Duration::from_secs(5);
 
 /// How long a release waits for the engine to remove a lock container. After that heddle

@@ -4,7 +4,7 @@
 //! Why reuse: a fresh tree is six folders created and six removed per stage. On ext4 without
 //! a journal (this project's CI machines) every inode freed in the last ~30 s makes the next
 //! allocation scan past it (`recently_deleted`), so the cost of a short stage grew with every
-//! stage before it: 41 % of a 100-stage chain's samples were inode allocation. A reused tree
+//! stage before it (benches/RESULTS.md, M6). A reused tree
 //! keeps the folders whose names the next stage also uses and empties them; the files in them
 //! are hard links into the cache (inputs) or have just become cache blobs (outputs), so
 //! removing them frees no inode either.

@@ -36,7 +36,7 @@ pub struct BlobImport {
 const WRITEBACK_EVERY: u64 = 8 * 1024 * 1024;
 
 /// From this size on, an import is journaled instead of fsynced (see `imports_journal`): its
-/// fsync would cost more (~12 ms at 330 MB/s) than the journal's `fdatasync` (~5 ms). Smaller
+/// fsync would cost more than the journal's `fdatasync` (benches/RESULTS.md, M11). Smaller
 /// blobs join the group commit, which fsyncs any number of them in one round.
 pub(crate) const JOURNAL_FROM: u64 = 4 * 1024 * 1024;
 
@@ -98,8 +98,8 @@ impl Store {
             size: 0,
             writeback_from: 0,
             // A journaled import is never fsynced, so starting its writeback early only makes
-            // the disk compete with the download: a 1 GiB hit from moto took 2.16 s with the
-            // hint and 1.96 s without (medians of 5, interleaved, benches/remote/run.sh's setup).
+            // the disk compete with the download, which measured slower (benches/RESULTS.md,
+            // M13).
             writeback: !self.journals_imports(),
             expected,
         })

@@ -1,8 +1,8 @@
 //! The sha256 of a blob being imported, computed beside its write.
 //!
-//! Hashing (~0.75 s of CPU a GiB, with SHA-NI) and writing to the page cache (~0.4 s a GiB)
-//! done one after the other on the import's thread made a 1 GiB remote hit take their sum,
-//! 1.17 s against curl's 0.99 s from the same nginx. Past [`THREAD_FROM`] bytes the hash moves
+//! Hashing and writing to the page cache done one after the other on the import's thread made
+//! a large remote hit take their sum, slower than curl from the same server (benches/RESULTS.md,
+//! M12). Past [`THREAD_FROM`] bytes the hash moves
 //! to a thread of its own, which receives the same chunks (`Bytes` are shared, not copied),
 //! so the two overlap and the slower one sets the pace. Below it, a thread per blob would
 //! cost more than it saves (most blobs are a few KiB).

@@ -5,8 +5,8 @@
 //! streamed in. A killed process loses nothing (the page cache survives it); only a power loss
 //! or kernel crash can leave the file torn or zero-filled while its metadata (size, sentinel
 //! mtime) survived, and a large blob is served on a hit trusted on its stat
-//! ([`crate::integrity`]). Fsyncing a 1 GiB blob before its action entry is recorded costs
-//! ~3 s on a disk writing ~330 MB/s, more than the download; the journal closes the same hole
+//! ([`crate::integrity`]). Fsyncing a large blob before its action entry is recorded costs
+//! more than the download (benches/RESULTS.md, M11); the journal closes the same hole
 //! for the price of one small `fdatasync`:
 //!
 //! - each [`Store`] that imports a large blob (Linux only) keeps one journal,

@@ -99,7 +99,7 @@ impl Store {
 
     /// Open with `options`. Journals of imports left by other stores are dealt with first
     /// (see `imports_journal`): after a reboot, the blobs they list are re-hashed before this
-    /// returns, about 0.7 s per GiB, once.
+    /// returns, once (benches/RESULTS.md, M9).
     pub fn open_with(root: &Path, options: StoreOptions) -> Result<Store, CacheError> {
         Store::open_booted(root, options, imports_journal::boot_id())
     }

@@ -3,7 +3,7 @@
 //!
 //! Why not `PR_SET_PDEATHSIG` in the child: setting it needs code between `fork` and `exec`,
 //! which forces the standard library onto `fork()`, and `fork()` copies the page tables of a
-//! large, multi-threaded heddle for every stage (about 0.7 ms a stage on a 1,000-stage chain).
+//! large, multi-threaded heddle for every stage (benches/RESULTS.md, M2).
 //! Without it stages start through `posix_spawn` (`vfork`-like). It also only reached the
 //! group's leader, not the commands the leader started.
 //!

@@ -1,6 +1,6 @@
 //! The matrix join: a stage's matrix assignments joined with a mapped upstream's instances on
 //! their shared keys, through a hash index instead of a scan of every upstream instance per
-//! assignment (which made planning quadratic: 73 s for a 100k-instance map).
+//! assignment (which made planning quadratic; benches/RESULTS.md, M5).
 //!
 //! The result, and its order, are those of the nested loop it replaces (kept in the tests as
 //! the reference): for each assignment in order, each upstream candidate in order whose values
