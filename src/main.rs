@@ -34,8 +34,8 @@ extern "C" {
 /// mimalloc hands freed pages back to the kernel 10 ms after they empty, and a page touched
 /// again is a fresh zeroed page: a no-op run of a large matrix spent much of its time in the
 /// kernel's `clear_page_erms` zeroing pages, about three times the system time of a 1 s delay
-/// (issue 14; benches/RESULTS.md, M7). heddle is a short-lived process whose memory is reused within
-/// the run; a long run still gives back what it stops using, a second later.
+/// (issue 14; benches/RESULTS.md, M7). heddle is a short-lived process whose memory is reused
+/// within the run; a long run still gives back what it stops using, a second later.
 #[cfg(unix)]
 fn keep_freed_memory_a_while() {
     unsafe {
