@@ -14,12 +14,15 @@ use heddle_cache::Digest;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use heddle_containers::{GpuRequest, NetworkMode};
+
+use crate::exec::ContainerRequest;
 use crate::inputs::{member_ok_fn, Resolved};
-use crate::model::{value_text, ContainerOpts, Stage};
+use crate::launch::Launch;
+use crate::model::{value_text, Stage};
 use crate::plan::Plan;
 use crate::prepare::Context;
 use crate::render::{render, Command, PathLayout};
-use crate::spec::GpuSpec;
 
 /// Bump when the encoding of [`KeyParts`] changes: every old entry becomes a miss.
 /// v1: first format.
@@ -57,8 +60,20 @@ pub struct KeyParts {
 }
 
 impl KeyParts {
-    /// The key of instance `id` of `ctx`'s plan, given its resolved inputs.
+    /// The key of instance `id` of `ctx`'s plan, given its resolved inputs (a preview's, or a
+    /// test's: a run builds the [`Launch`] once and keys it with [`KeyParts::for_launch`]).
     pub fn for_instance(ctx: &Context, id: usize, inputs: &BTreeMap<String, Resolved>) -> KeyParts {
+        KeyParts::for_launch(ctx, id, inputs, &Launch::for_instance(ctx, id))
+    }
+
+    /// The key of instance `id`, launched with `launch`: the same value its command is run
+    /// with.
+    pub fn for_launch(
+        ctx: &Context,
+        id: usize,
+        inputs: &BTreeMap<String, Resolved>,
+        launch: &Launch,
+    ) -> KeyParts {
         let plan = &ctx.plan;
         let inst = &plan.instances[id];
         let stage = plan.stage_of(id);
@@ -71,15 +86,13 @@ impl KeyParts {
             .iter()
             .map(|(k, v)| (k.clone(), var_identity(v)))
             .collect();
-        for k in &stage.settings.pass_env {
-            let v = std::env::var(k).unwrap_or_default();
-            vars.insert(format!("${k}"), var_identity(&v));
+        for (k, v) in &launch.passed_env {
+            // An unset variable is keyed as empty, as it has been since the first key format
+            // (the command runs without it): keying it apart would move every such key.
+            vars.insert(format!("${k}"), var_identity(v.as_deref().unwrap_or("")));
         }
         // `secret_env` never enters the key: a stage's result must not depend on its secret.
-        let executor = match (&stage.container, &inst.image) {
-            (Some(c), Some(image)) => ExecutorIdentity::docker(ctx, c, image, inst.gpus.as_ref()),
-            _ => ExecutorIdentity::Host,
-        };
+        let executor = ExecutorIdentity::of(launch.container.as_ref());
         KeyParts {
             version: KEY_VERSION.into(),
             stage: stage.name.clone(),
@@ -174,33 +187,57 @@ pub enum GpuIdentity {
 }
 
 impl ExecutorIdentity {
-    fn docker(
-        ctx: &Context,
-        c: &ContainerOpts,
-        image: &str,
-        gpus: Option<&GpuSpec>,
-    ) -> ExecutorIdentity {
+    /// The identity of the request the command runs with. Every field of the request is
+    /// named: a new one fails to compile here until it is keyed or excluded with its reason.
+    pub fn of(container: Option<&ContainerRequest>) -> ExecutorIdentity {
+        let Some(req) = container else {
+            return ExecutorIdentity::Host;
+        };
+        let ContainerRequest {
+            image_id,
+            image_resolved,
+            gpus,
+            devices,
+            network,
+            shm_size,
+            memory,
+            cpus,
+            user,
+            workdir,
+            // Which engine runs it and how the sandbox travels there: the same image and
+            // settings give the same result on any engine.
+            docker_host: _,
+            transfer: _,
+            // Set when the instance is placed, after it is keyed.
+            placed_on: _,
+            holds: _,
+        } = req;
         ExecutorIdentity::Docker(Box::new(DockerIdentity {
-            image_id: ctx.images.get(image).map(|i| i.id.clone()),
-            gpus: gpus.map(GpuIdentity::of),
-            devices: c.devices.clone(),
-            network: c.network.as_str().to_string(),
-            shm_size: c.shm_size.clone(),
-            memory: c.memory.clone(),
-            cpus: c.cpus,
-            user: c.user.clone(),
-            workdir: c.workdir.clone(),
+            image_id: image_resolved.then(|| image_id.clone()),
+            gpus: gpus.as_ref().map(GpuIdentity::of),
+            devices: devices.clone(),
+            network: match network {
+                NetworkMode::None => "none",
+                NetworkMode::Bridge => "bridge",
+                NetworkMode::Host => "host",
+            }
+            .to_string(),
+            shm_size: shm_size.as_ref().map(|s| s.text.clone()),
+            memory: memory.as_ref().map(|s| s.text.clone()),
+            cpus: *cpus,
+            user: user.clone(),
+            workdir: workdir.clone(),
         }))
     }
 }
 
 impl GpuIdentity {
-    fn of(g: &GpuSpec) -> GpuIdentity {
+    fn of(g: &GpuRequest) -> GpuIdentity {
         match g {
-            GpuSpec::None | GpuSpec::Template(_) => GpuIdentity::Word("none"),
-            GpuSpec::All => GpuIdentity::Word("all"),
-            GpuSpec::Count(n) => GpuIdentity::Count(*n),
-            GpuSpec::Ids(v) => GpuIdentity::Ids(v.clone()),
+            GpuRequest::None => GpuIdentity::Word("none"),
+            GpuRequest::All => GpuIdentity::Word("all"),
+            GpuRequest::Count(n) => GpuIdentity::Count(i64::from(*n)),
+            GpuRequest::Ids(v) => GpuIdentity::Ids(v.clone()),
         }
     }
 }

@@ -21,6 +21,7 @@ pub mod hostname;
 pub mod hosts;
 pub mod inputs;
 pub mod key;
+pub mod launch;
 pub mod liveness;
 pub mod lock;
 pub mod model;

@@ -566,7 +566,7 @@ fn container_desc(c: &ContainerRequest) -> ContainerDesc {
     use heddle_containers::{GpuRequest, NetworkMode};
     ContainerDesc {
         image_id: c.image_id.clone(),
-        gpus: match &c.gpus {
+        gpus: match c.gpus.as_ref().unwrap_or(&GpuRequest::None) {
             GpuRequest::None => GpusDesc::None,
             GpuRequest::All => GpusDesc::All,
             GpuRequest::Count(n) => GpusDesc::Count(*n),
@@ -579,8 +579,8 @@ fn container_desc(c: &ContainerRequest) -> ContainerDesc {
             NetworkMode::Host => "host",
         }
         .into(),
-        shm_size: c.shm_size,
-        memory: c.memory,
+        shm_size: c.shm_size.as_ref().map(|s| s.bytes),
+        memory: c.memory.as_ref().map(|s| s.bytes),
         cpus: c.cpus,
         user: c.user.clone(),
         workdir: c.workdir.clone(),

@@ -28,6 +28,7 @@ use crate::exec::host::HostExecutor;
 use crate::exec::{
     base_env, Cancel, ContainerRequest, ExecOutcome, ExecRequest, Executor, Transfer,
 };
+use crate::model::ByteSize;
 use crate::render::Command;
 use crate::shared_cache::SharedCache;
 
@@ -477,7 +478,8 @@ fn container_request(c: &ContainerDesc) -> ContainerRequest {
     use heddle_containers::{GpuRequest, NetworkMode};
     ContainerRequest {
         image_id: c.image_id.clone(),
-        gpus: match &c.gpus {
+        image_resolved: true,
+        gpus: Some(match &c.gpus {
             GpusDesc::None => GpuRequest::None,
             GpusDesc::All => GpuRequest::All,
             // The GPUs SLURM gave the job (`--gres=gpu:N` sets CUDA_VISIBLE_DEVICES), else a
@@ -489,15 +491,17 @@ fn container_request(c: &ContainerDesc) -> ContainerRequest {
                 _ => GpuRequest::Count(*n),
             },
             GpusDesc::Ids(v) => GpuRequest::Ids(v.clone()),
-        },
+        }),
         devices: c.devices.clone(),
         network: match c.network.as_str() {
             "host" => NetworkMode::Host,
             "bridge" => NetworkMode::Bridge,
             _ => NetworkMode::None,
         },
-        shm_size: c.shm_size,
-        memory: c.memory,
+        // The description carries bytes; this request only runs, it is never keyed (the key
+        // came with the description).
+        shm_size: c.shm_size.map(ByteSize::of_bytes),
+        memory: c.memory.map(ByteSize::of_bytes),
         cpus: c.cpus,
         user: c.user.clone(),
         workdir: c.workdir.clone(),

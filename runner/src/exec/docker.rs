@@ -14,14 +14,13 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use heddle_containers::{
-    parse_size, ContainerOutcome, ContainerSpec, Engine, GpuRequest, ImageIdentity, Mount,
-    NetworkMode,
+    ContainerOutcome, ContainerSpec, Engine, GpuRequest, ImageIdentity, Mount, NetworkMode,
 };
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::{Cancel, ContainerRequest, ExecError, ExecOutcome, ExecRequest, Executor, Transfer};
 use crate::hosts::Host;
-use crate::model::ContainerOpts;
+use crate::model::{ContainerOpts, Network};
 use crate::render::{Command, PathLayout};
 use crate::spec::GpuSpec;
 
@@ -40,36 +39,57 @@ pub struct DockerExecutor {
 impl ContainerRequest {
     /// A container stage's settings (`c`) as the engine takes them, for an instance of image
     /// reference `image` with its rendered `gpus`; the image by id when it was resolved.
+    ///
+    /// Every setting is named here, so one added to [`ContainerOpts`] fails to compile until
+    /// it is placed; the cache key is derived from the request this returns
+    /// ([`crate::key::ExecutorIdentity::of`]), never from the settings a second time.
     pub fn for_instance(
         images: &BTreeMap<String, ImageIdentity>,
         c: &ContainerOpts,
         image: &str,
         gpus: Option<&GpuSpec>,
     ) -> ContainerRequest {
+        let ContainerOpts {
+            // Rendered per instance: `image` is the reference passed in, `gpus` its value.
+            image: _,
+            image_in_def: _,
+            gpus_in_def: _,
+            gpus: _,
+            devices,
+            network,
+            shm_size,
+            memory,
+            cpus,
+            user,
+            workdir,
+            // How the image reaches the engine; the image's id is what runs.
+            pull: _,
+            docker_host,
+            transfer,
+        } = c;
+        let resolved = images.get(image).map(|i| i.id.clone());
         ContainerRequest {
-            image_id: images
-                .get(image)
-                .map(|i| i.id.clone())
-                .unwrap_or_else(|| image.to_string()),
-            gpus: match gpus {
-                None | Some(GpuSpec::None) | Some(GpuSpec::Template(_)) => GpuRequest::None,
-                Some(GpuSpec::All) => GpuRequest::All,
-                Some(GpuSpec::Count(n)) => GpuRequest::Count(*n as u32),
-                Some(GpuSpec::Ids(v)) => GpuRequest::Ids(v.clone()),
+            image_resolved: resolved.is_some(),
+            image_id: resolved.unwrap_or_else(|| image.to_string()),
+            gpus: gpus.map(|g| match g {
+                GpuSpec::None | GpuSpec::Template(_) => GpuRequest::None,
+                GpuSpec::All => GpuRequest::All,
+                GpuSpec::Count(n) => GpuRequest::Count(*n as u32),
+                GpuSpec::Ids(v) => GpuRequest::Ids(v.clone()),
+            }),
+            devices: devices.clone(),
+            network: match network {
+                Network::Host => NetworkMode::Host,
+                Network::Bridge => NetworkMode::Bridge,
+                Network::None => NetworkMode::None,
             },
-            devices: c.devices.clone(),
-            network: match c.network.as_str() {
-                "host" => NetworkMode::Host,
-                "bridge" => NetworkMode::Bridge,
-                _ => NetworkMode::None,
-            },
-            shm_size: c.shm_size.as_deref().and_then(|s| parse_size(s).ok()),
-            memory: c.memory.as_deref().and_then(|s| parse_size(s).ok()),
-            cpus: c.cpus,
-            user: c.user.clone(),
-            workdir: c.workdir.clone(),
-            docker_host: c.docker_host.clone(),
-            transfer: c.transfer,
+            shm_size: shm_size.clone(),
+            memory: memory.clone(),
+            cpus: *cpus,
+            user: user.clone(),
+            workdir: workdir.clone(),
+            docker_host: docker_host.clone(),
+            transfer: *transfer,
             placed_on: None,
             holds: Vec::new(),
         }
@@ -185,11 +205,11 @@ fn container_spec(req: &ExecRequest, c: &ContainerRequest) -> ContainerSpec {
         copy_out,
         workdir: Some(c.workdir.clone().unwrap_or_else(|| "/heddle/work".into())),
         user: Some(c.user.clone().unwrap_or_else(invoking_user)),
-        gpus: c.gpus.clone(),
+        gpus: c.gpus.clone().unwrap_or_default(),
         devices: c.devices.clone(),
         network: c.network,
-        shm_size: c.shm_size,
-        memory: c.memory,
+        shm_size: c.shm_size.as_ref().map(|s| s.bytes),
+        memory: c.memory.as_ref().map(|s| s.bytes),
         cpus: c.cpus,
         labels: container_labels(req, c, archive),
         timeout: req.timeout,
@@ -396,7 +416,8 @@ mod tests {
         };
         let req = |transfer| ContainerRequest {
             image_id: "sha256:x".into(),
-            gpus: GpuRequest::None,
+            image_resolved: true,
+            gpus: None,
             devices: vec![],
             network: NetworkMode::None,
             shm_size: None,

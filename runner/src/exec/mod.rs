@@ -20,6 +20,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
+use crate::model::ByteSize;
 pub use crate::model::Transfer;
 use crate::render::{Command, PathLayout};
 
@@ -57,12 +58,17 @@ pub struct ExecRequest {
 /// A container stage's settings, with the image already resolved to its id.
 #[derive(Debug, Clone)]
 pub struct ContainerRequest {
+    /// The engine's id of the image, or its reference as written when it could not be
+    /// resolved ([`ContainerRequest::image_resolved`] false: a preview without an engine).
     pub image_id: String,
-    pub gpus: heddle_containers::GpuRequest,
+    pub image_resolved: bool,
+    /// `None`: the stage set no `gpus` (the engine gets none, and the key says so apart from
+    /// an explicit `"none"`).
+    pub gpus: Option<heddle_containers::GpuRequest>,
     pub devices: Vec<String>,
     pub network: heddle_containers::NetworkMode,
-    pub shm_size: Option<u64>,
-    pub memory: Option<u64>,
+    pub shm_size: Option<ByteSize>,
+    pub memory: Option<ByteSize>,
     pub cpus: Option<f64>,
     pub user: Option<String>,
     pub workdir: Option<String>,

@@ -6,7 +6,7 @@ use toml::Spanned;
 
 use super::layers::{Layers, Origin};
 use super::loader::Loader;
-use super::{ContainerOpts, Network, PullPolicy, Transfer};
+use super::{ByteSize, ContainerOpts, Network, PullPolicy, Transfer};
 use crate::spec::{GpuSpec, RawStage};
 use crate::template::Template;
 
@@ -99,22 +99,28 @@ impl Loader {
         }
     }
 
-    /// `shm_size` / `memory`: kept as written (the executor parses it again), checked here.
+    /// `shm_size` / `memory`: parsed once, here, and kept with its text for the key.
     fn size(
         &mut self,
         layers: &Layers,
         sname: &str,
         what: &str,
         get: impl for<'r> Fn(&'r RawStage) -> Option<&'r Spanned<String>>,
-    ) -> Option<String> {
+    ) -> Option<ByteSize> {
         let v = layers.find(get)?;
-        if heddle_containers::parse_size(v.get()).is_err() {
-            let d = v.error(format!(
-                "stage `{sname}`: {what} `{}` is not a size like \"2g\" or \"512m\"",
-                v.get()
-            ));
-            self.errors.push(d);
+        match heddle_containers::parse_size(v.get()) {
+            Ok(bytes) => Some(ByteSize {
+                text: v.get().clone(),
+                bytes,
+            }),
+            Err(_) => {
+                let d = v.error(format!(
+                    "stage `{sname}`: {what} `{}` is not a size like \"2g\" or \"512m\"",
+                    v.get()
+                ));
+                self.errors.push(d);
+                None
+            }
         }
-        Some(v.get().clone())
     }
 }

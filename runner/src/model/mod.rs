@@ -96,14 +96,33 @@ pub struct ContainerOpts {
     pub gpus: Option<GpuSpec>,
     pub devices: Vec<String>,
     pub network: Network,
-    pub shm_size: Option<String>,
-    pub memory: Option<String>,
+    pub shm_size: Option<ByteSize>,
+    pub memory: Option<ByteSize>,
     pub cpus: Option<f64>,
     pub user: Option<String>,
     pub workdir: Option<String>,
     pub pull: PullPolicy,
     pub docker_host: Option<String>,
     pub transfer: Transfer,
+}
+
+/// A size setting (`shm_size`, `memory`), parsed once where it is checked: the engine takes
+/// the bytes; the cache key keeps the text as written, as it always has (so `"2g"` and
+/// `"2048m"` are different keys, and no existing key moved when the parse moved here).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ByteSize {
+    pub text: String,
+    pub bytes: u64,
+}
+
+impl ByteSize {
+    /// A size known only in bytes (a cluster job's description): its text is the number.
+    pub fn of_bytes(bytes: u64) -> ByteSize {
+        ByteSize {
+            text: bytes.to_string(),
+            bytes,
+        }
+    }
 }
 
 /// How a container stage's sandbox reaches the engine.

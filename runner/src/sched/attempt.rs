@@ -12,8 +12,9 @@ use serde_json::Value;
 use tokio::sync::mpsc::unbounded_channel;
 
 use crate::exec::failure::{classify, Failure};
-use crate::exec::{base_env, ContainerRequest, ExecOutcome, ExecRequest, Executor};
+use crate::exec::{base_env, ExecOutcome, ExecRequest, Executor};
 use crate::inputs::{member_ok_fn, Resolved};
+use crate::launch::Launch;
 use crate::names::path_segment;
 use crate::outputs::{collect, output_dir, relative_paths};
 use crate::record::{ErrorClass, InstanceRecord, StatusRecord};
@@ -29,6 +30,7 @@ pub(super) async fn attempt_once(
     sh: &Shared,
     id: usize,
     inputs: &BTreeMap<String, Resolved>,
+    launch: &Launch,
     exec: &dyn Executor,
     record: &mut InstanceRecord,
     holds: &[String],
@@ -38,7 +40,7 @@ pub(super) async fn attempt_once(
         .await
         .map_err(|e| heddle_error(inst, e))?;
     let sb = sandbox.path().to_path_buf();
-    let req = request(sh, id, inputs, exec, &sb, record, holds);
+    let req = request(sh, id, inputs, launch, exec, &sb, record, holds);
     let stderr_log = req.stderr_log.clone();
     let mask = req.mask.clone();
     let t_exec = Instant::now();
@@ -114,10 +116,12 @@ async fn open_sandbox(
 
 /// The execution request: the command rendered for the executor's layout, its environment,
 /// its log files (named in the record) and, for a container stage, the container settings.
+#[allow(clippy::too_many_arguments)]
 fn request(
     sh: &Shared,
     id: usize,
     inputs: &BTreeMap<String, Resolved>,
+    launch: &Launch,
     exec: &dyn Executor,
     sb: &Path,
     record: &mut InstanceRecord,
@@ -139,26 +143,23 @@ fn request(
         stdout_log.to_string_lossy().into_owned(),
         stderr_log.to_string_lossy().into_owned(),
     ]);
-    let container = match (&stage.container, &inst.image) {
-        (Some(c), Some(image)) => {
-            let req = ContainerRequest::for_instance(&ctx.images, c, image, inst.gpus.as_ref());
-            // Placed: on the configured host whose units it holds.
-            let mut req = match record.host.as_deref().and_then(|h| ctx.placement.host(h)) {
-                Some(host) => req.on_host(host),
-                None => req,
-            };
-            req.holds = holds.to_vec();
-            Some(req)
-        }
-        _ => None,
-    };
+    // The request the key was computed from; placement and held units do not enter the key.
+    let container = launch.container.clone().map(|req| {
+        // Placed: on the configured host whose units it holds.
+        let mut req = match record.host.as_deref().and_then(|h| ctx.placement.host(h)) {
+            Some(host) => req.on_host(host),
+            None => req,
+        };
+        req.holds = holds.to_vec();
+        req
+    });
     ExecRequest {
         label: inst.label.clone(),
         run_id: sh.opts.run_id.clone(),
         command,
         sandbox: sb.to_path_buf(),
         stage_dir,
-        env: environment(sh, id, sb),
+        env: environment(sh, id, launch, sb),
         timeout: stage.settings.timeout,
         stdout_log,
         stderr_log,
@@ -170,7 +171,7 @@ fn request(
 
 /// The command's environment: the host's base (not in a container, where the host's PATH and
 /// HOME mean nothing), the python env, passed-through and declared variables, and heddle's own.
-fn environment(sh: &Shared, id: usize, sb: &Path) -> BTreeMap<String, String> {
+fn environment(sh: &Shared, id: usize, launch: &Launch, sb: &Path) -> BTreeMap<String, String> {
     let ctx = &sh.ctx;
     let stage = ctx.plan.stage_of(id);
     let mut env = if stage.container.is_some() {
@@ -187,12 +188,14 @@ fn environment(sh: &Shared, id: usize, sb: &Path) -> BTreeMap<String, String> {
         env.insert("PATH".into(), joined);
         env.insert("VIRTUAL_ENV".into(), e.dir.to_string_lossy().into_owned());
     }
-    for k in stage
-        .settings
-        .pass_env
-        .iter()
-        .chain(&stage.settings.secret_env)
-    {
+    // The values the key was computed from, read once.
+    for (k, v) in &launch.passed_env {
+        if let Some(v) = v {
+            env.insert(k.clone(), v.clone());
+        }
+    }
+    // Never keyed (a result must not depend on a secret), so read here only.
+    for k in &stage.settings.secret_env {
         if let Ok(v) = std::env::var(k) {
             env.insert(k.clone(), v);
         }

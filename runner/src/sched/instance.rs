@@ -14,6 +14,7 @@ use crate::explain::{explain_with, Earlier};
 use crate::host_pool::{self, HostPoolError, HostUnits};
 use crate::inputs::Resolved;
 use crate::key::{family, KeyParts, Reason};
+use crate::launch::Launch;
 use crate::outputs::{output_dir, relative_paths, restore};
 use crate::record::{ErrorClass, InstanceRecord, StatusRecord};
 
@@ -31,7 +32,9 @@ pub(super) async fn process(
 ) -> InstanceRecord {
     let stage = sh.ctx.plan.stage_of(id);
     let t0 = sh.started.elapsed();
-    let parts = KeyParts::for_instance(&sh.ctx, id, &inputs);
+    // Built once: the key and the command are both read from it.
+    let launch = Launch::for_instance(&sh.ctx, id);
+    let parts = KeyParts::for_launch(&sh.ctx, id, &inputs, &launch);
     let (key, key_text) = parts.digest_and_text();
     let cacheable = sh.opts.may_use_cache(stage);
     let mut record = keyed_record(sh, id, &parts, &key, key_text, t0);
@@ -47,15 +50,17 @@ pub(super) async fn process(
     }
     // Boxed: a task's future is allocated whole when it is spawned, and every ready instance
     // is spawned at once (a whole matrix, in a no-op run), though most end in the hit above.
-    Box::pin(miss(sh, id, inputs, parts, key, record, t0)).await
+    Box::pin(miss(sh, id, inputs, launch, parts, key, record, t0)).await
 }
 
 /// An instance the cache could not serve: why it runs, its resources, single flight, the
 /// attempts, and storing the result.
+#[allow(clippy::too_many_arguments)] // the instance's state so far, each computed once
 async fn miss(
     sh: &Arc<Shared>,
     id: usize,
     inputs: BTreeMap<String, Resolved>,
+    launch: Launch,
     parts: KeyParts,
     key: Digest,
     mut record: InstanceRecord,
@@ -84,7 +89,7 @@ async fn miss(
         None
     };
     let holds = held.engine_units.names();
-    let outputs = execute(sh, id, &inputs, &mut record, t0, &holds).await;
+    let outputs = execute(sh, id, &inputs, &launch, &mut record, t0, &holds).await;
     // The device is free once the stage has ended: release the engine's lock containers now,
     // not on drop (a spawned removal), so the next heddle's wait ends as early as it can.
     held.engine_units.release().await;
@@ -405,6 +410,7 @@ async fn execute(
     sh: &Arc<Shared>,
     id: usize,
     inputs: &BTreeMap<String, Resolved>,
+    launch: &Launch,
     record: &mut InstanceRecord,
     t0: Duration,
     holds: &[String],
@@ -420,7 +426,7 @@ async fn execute(
     let mut attempt = 0;
     let result = loop {
         attempt += 1;
-        match attempt_once(sh, id, inputs, exec.as_ref(), record, holds).await {
+        match attempt_once(sh, id, inputs, launch, exec.as_ref(), record, holds).await {
             Err(status)
                 if attempt <= stage.settings.retries
                     && status.error_class != Some(ErrorClass::Interrupted)
