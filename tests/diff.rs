@@ -97,12 +97,35 @@ fn a_set_change_names_the_param_why_keys_changed_and_the_moved_numbers() {
         ]
     );
 
-    let text = d
-        .text()
-        .replace(&d.a.run_id, "RUN_A")
-        .replace(&d.b.run_id, "RUN_B");
+    let text = |all| {
+        d.text(all)
+            .replace(&d.a.run_id, "RUN_A")
+            .replace(&d.b.run_id, "RUN_B")
+    };
+    // By default only what moved.
     assert_eq!(
-        text,
+        text(false),
+        r#"run A RUN_A → run B RUN_B (pipeline df)
+
+params: 1 changed
+  scale  2  →  5
+
+instances: 3 changed
+  gen[k=1]  param scale 2 → 5
+  gen[k=2]  param scale 2 → 5
+  table     param scale 2 → 5; input all changed
+
+table table#md: 4 numbers, 2 moved
+     where                  A     B      B − A
+  *  row "k=1" col "value"  5.25  8.25   +3 (+57.1%)
+  *  row "k=2" col "value"  7.25  13.25  +6 (+82.8%)
+
+facts: 1 changed
+  table  device.scale  2  →  5
+"#
+    );
+    assert_eq!(
+        text(true),
         r#"run A RUN_A → run B RUN_B (pipeline df)
 
 params: 1 changed
@@ -148,12 +171,18 @@ fn a_rerun_with_nothing_changed_moves_nothing() {
     assert!(
         d.params.is_empty() && d.instances.is_empty() && d.facts.is_empty(),
         "{}",
-        d.text()
+        d.text(true)
     );
     assert_eq!(d.tables.len(), 1);
     assert_eq!(d.tables[0].presence, Presence::Both);
     assert_eq!(d.tables[0].numbers.len(), 4);
     assert_eq!(d.moved().count(), 0);
+    // Nothing moved: one line per table, no rows; `--all` prints the four numbers.
+    let out = p.heddle(&["diff"]).ok();
+    assert_contains(&out.stdout, "\ntable table#md: 4 numbers, 0 moved\n");
+    assert!(!out.stdout.contains("row \"k=1\""), "{}", out.stdout);
+    let out = p.heddle(&["diff", "--all"]).ok();
+    assert_contains(&out.stdout, "row \"k=1\" col \"value\"  5.25  5.25  0");
 }
 
 #[test]
@@ -164,7 +193,7 @@ fn heddle_diff_after_a_set_change_names_the_param_and_the_moved_numbers() {
     let ids = record::list(p.root());
     // Default: the last run against the one before it, as the library computes it.
     let out = p.heddle(&["diff"]).ok();
-    let expected = diff_last_two(&p).text();
+    let expected = diff_last_two(&p).text(false);
     assert_eq!(out.stdout, expected);
     assert_contains(&out.stdout, "  scale  2  →  5\n");
     assert_contains(&out.stdout, "4 numbers, 2 moved");

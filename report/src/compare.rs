@@ -200,14 +200,18 @@ pub fn compare_blocks(entry: &str, now: &str, rule: Rule) -> Vec<Verdict> {
                     }
                     continue;
                 }
-                let row = ca.first().cloned().unwrap_or_default();
+                // The leading columns that hold no value name the row (the first always does):
+                // rows keyed by (precision, context) stay apart.
+                let leading = ca.iter().take_while(|c| !valued(c)).count();
+                let labels = leading.clamp(1, ca.len().saturating_sub(1).max(1));
+                let row = ca[..labels.min(ca.len())].join(", ");
                 for j in 0..ca.len().max(cb.len()) {
                     let (x, y) = (
                         ca.get(j).map(String::as_str).unwrap_or(""),
                         cb.get(j).map(String::as_str).unwrap_or(""),
                     );
-                    // The first column names the row; it is compared as text.
-                    if j == 0 && ca.len() > 1 {
+                    // The label columns name the row; they are compared as text.
+                    if j < labels && ca.len() > 1 {
                         if x != y {
                             out.push(Verdict {
                                 ok: false,
@@ -370,6 +374,23 @@ mod tests {
         assert!(v[0].ok && v[0].recorded);
         assert!(!v[1].ok && !v[1].recorded);
         assert_eq!(v[1].now, "3.1e-05");
+    }
+
+    #[test]
+    fn leading_label_columns_all_name_the_row() {
+        let entry = "| precision | context | top-1 |\n|---|---|---|\n| a8_w8 | short | 0.5 |\n| a8_w8 | long | 0.25 |\n";
+        let now = "| precision | context | top-1 |\n|---|---|---|\n| a8_w8 | short | 0.75 |\n| a8_w8 | long | 0.5 |\n";
+        let places: Vec<String> = compare_blocks(entry, now, Rule::Printed)
+            .into_iter()
+            .map(|v| v.place)
+            .collect();
+        assert_eq!(
+            places,
+            [
+                "row \"a8_w8, short\" col \"top-1\"",
+                "row \"a8_w8, long\" col \"top-1\""
+            ]
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! `heddle diff [RUN_A] [RUN_B] [--json]`: what changed between two runs, as DVC users ask
-//! with `dvc params diff` and `dvc metrics diff`: the params, the instances whose keys changed
-//! and why, and every number of the report tables side by side with its delta. The comparison
+//! `heddle diff [RUN_A] [RUN_B] [--all] [--json]`: what changed between two runs, as DVC users
+//! ask with `dvc params diff` and `dvc metrics diff`: the params, the instances whose keys
+//! changed and why, and the numbers of the report tables that moved, side by side with their
+//! deltas (`--all`: every number). The comparison
 //! is `heddle_report::diff`; this reads the two runs and prints it.
 
 use heddle_report::diff::{diff as diff_runs, RunSide};
@@ -17,9 +18,12 @@ pub struct DiffArgs {
     a: Option<String>,
     /// Run B; default: the last run.
     b: Option<String>,
-    /// The comparison as JSON.
+    /// The comparison as JSON (always every number).
     #[arg(long)]
     json: bool,
+    /// Print every number of every table, not only those that moved.
+    #[arg(long)]
+    all: bool,
 }
 
 pub fn diff(s: &Session, args: &DiffArgs) -> Result<i32, Error> {
@@ -48,7 +52,7 @@ pub fn diff(s: &Session, args: &DiffArgs) -> Result<i32, Error> {
         println!("{}", serde_json::to_string_pretty(&d).expect("json"));
     } else {
         // Params, labels and table cells are the user's and the stages' text.
-        print!("{}", printable(&d.text()));
+        print!("{}", printable(&d.text(args.all)));
     }
     Ok(EXIT_OK)
 }

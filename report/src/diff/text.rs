@@ -72,9 +72,10 @@ fn aligned(rows: &[Vec<String>], out: &mut String) {
 }
 
 impl RunDiff {
-    /// The terminal rendering: params, instances, then every number of every table (moved ones
-    /// marked `*`), then facts. Sections with nothing in them say so in one line.
-    pub fn text(&self) -> String {
+    /// The terminal rendering: params, instances, then each table's numbers that moved (with
+    /// `all`, every number, moved ones marked `*`), then facts. Sections with nothing in them
+    /// say so in one line.
+    pub fn text(&self, all: bool) -> String {
         let mut out = format!(
             "run A {} → run B {} (pipeline {})\n",
             self.a.run_id, self.b.run_id, self.b.pipeline
@@ -90,7 +91,7 @@ impl RunDiff {
             .map(|i| vec![i.label.clone(), instance_text(i)]);
         changed(&mut out, "instances", instances);
         for t in &self.tables {
-            self.table_text(t, &mut out);
+            self.table_text(t, all, &mut out);
         }
         if !self.facts.is_empty() {
             let facts = self.facts.iter();
@@ -100,7 +101,7 @@ impl RunDiff {
         out
     }
 
-    fn table_text(&self, t: &TableDiff, out: &mut String) {
+    fn table_text(&self, t: &TableDiff, all: bool, out: &mut String) {
         match t.presence {
             Presence::OnlyA => {
                 let _ = writeln!(out, "\ntable {}: only in run A", t.src);
@@ -119,6 +120,9 @@ impl RunDiff {
             t.src,
             t.numbers.len()
         );
+        if !all && moved == 0 && t.text.is_empty() {
+            return;
+        }
         let mut rows: Vec<Vec<String>> = vec![vec![
             String::new(),
             "where".into(),
@@ -126,7 +130,7 @@ impl RunDiff {
             "B".into(),
             "B − A".into(),
         ]];
-        rows.extend(t.numbers.iter().map(|n| {
+        rows.extend(t.numbers.iter().filter(|n| all || n.moved).map(|n| {
             let rel = n
                 .relative
                 .filter(|_| n.delta != 0.0)
