@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
+use heddle_runner::event::Event;
 use heddle_runner::record::Status;
-use heddle_runner::sched::Event;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::sync::mpsc::UnboundedReceiver;
 

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use heddle_cache::{ActionEntry, Digest, OutputEntry, Store};
 use heddle_remote::{PushOutcome, RemoteCache, RemoteError, Writer};
 use heddle_runner::key::{KeyParts, Reason};
-use heddle_runner::sched::{CacheHistory, History};
+use heddle_runner::preview::{CacheHistory, History};
 use heddle_runner::shared_cache::RemoteGate;
 use heddle_runner::shared_cache::{FailureKind, RemoteSigner, SharedCache, SharedCacheError};
 

@@ -9,10 +9,12 @@ use heddle_cache::{StatCache, Store};
 use heddle_runner::hosts::{self, Hosts};
 use heddle_runner::model::{self, LoadOptions};
 use heddle_runner::out_lock::OutLock;
+use heddle_runner::outputs::output_dir;
 use heddle_runner::plan::{self, Plan};
+use heddle_runner::prepare::Context;
 use heddle_runner::prepare::{prepare, PrepareOptions};
 use heddle_runner::record::RunRecord;
-use heddle_runner::sched::{self, RunOptions};
+use heddle_runner::run_options::RunOptions;
 
 use heddle_runner::shared_cache::SharedCache;
 
@@ -145,7 +147,7 @@ impl Session {
 
     /// Load, plan and prepare without running or provisioning (plan, status, lock): never
     /// pulls, and reports images it cannot resolve per instance.
-    pub async fn prepared(&self, p: &PipelineArgs) -> Result<(Arc<Plan>, sched::Context), Error> {
+    pub async fn prepared(&self, p: &PipelineArgs) -> Result<(Arc<Plan>, Context), Error> {
         let plan = Arc::new(self.load_plan(p)?);
         let store = self.open_store()?;
         let stats = stat_cache(&plan);
@@ -317,7 +319,7 @@ pub async fn execute(
     .await?;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let reporter = tokio::spawn(progress::display(progress, plan.instances.len(), rx));
-    let rec = sched::run(ctx, opts, tx).await;
+    let rec = heddle_runner::run(ctx, opts, tx).await;
     let _ = reporter.await;
     Ok(rec)
 }
@@ -332,7 +334,7 @@ async fn lock_out(plan: &Plan, run_id: &str, log: &dyn Fn(&str)) -> Result<OutLo
         Err(holder) => {
             log(&format!(
                 "waiting for another run of `{name}` to finish with {} (pid {}, run {})",
-                display_rel(&sched::output_dir(plan, "")),
+                display_rel(&output_dir(plan, "")),
                 holder.pid.map_or("?".into(), |p| p.to_string()),
                 holder.run_id.as_deref().unwrap_or("?"),
             ));

@@ -1,9 +1,13 @@
 //! The runner's module map stays a layering (issue 12): its top-level modules, read as a graph
 //! of `crate::X` paths in their source, have no cycle, and nothing imports the scheduler. A
 //! module that needs a type from above it is the sign that the type lives in the wrong room.
+//! Inside each module folder, of the runner and of the binary, the files form no cycle either
+//! (issue 27), and the binary takes nothing from the scheduler: it starts a run with
+//! `heddle_runner::run` and reads `heddle_runner::event`.
 //!
-//! The graph is read from the source text, not from rustc: `crate::name` in code (comments
-//! dropped), including each first segment of a `use crate::{a, b::c}` group.
+//! The graph is read from the source text, not from rustc: `crate::name` (or `super::name`,
+//! between files of one folder) in code (comments dropped), including each first segment of a
+//! `use crate::{a, b::c}` group.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -43,10 +47,21 @@ fn ident_at(s: &str) -> &str {
 
 /// The top-level module names a file's code refers to through `crate::`.
 fn references(text: &str) -> BTreeSet<String> {
+    references_through(text, "crate::")
+}
+
+/// The names a file's code refers to through `prefix` (`crate::`, `super::`).
+fn references_through(text: &str, prefix: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     let mut rest = text;
-    while let Some(i) = rest.find("crate::") {
-        rest = &rest[i + "crate::".len()..];
+    while let Some(i) = rest.find(prefix) {
+        // `super::` inside `crate::a::super::` does not occur; a longer word ending in the
+        // prefix (`my_crate::`) is not it.
+        let word_start = i == 0 || !rest[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_');
+        rest = &rest[i + prefix.len()..];
+        if !word_start {
+            continue;
+        }
         if let Some(group) = rest.strip_prefix('{') {
             // `use crate::{a, b::{c, d}, e}`: the first segment of each top-level item.
             let mut depth = 0;
@@ -148,6 +163,89 @@ fn nothing_imports_the_scheduler() {
     assert!(importers.is_empty(), "these import `sched`: {importers:?}");
 }
 
+/// Every module folder under `src`, each as the graph of its files (a sub-folder is one node)
+/// through `super::name` and `crate::<folder path>::name`; `mod.rs` is the folder itself, whose
+/// children are expected to use what it declares.
+fn folder_graphs(src: &Path) -> Vec<(PathBuf, Graph)> {
+    let mut out = Vec::new();
+    let mut dirs = vec![src.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let mut nodes: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+        for e in fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            let name = p.file_stem().unwrap().to_string_lossy().into_owned();
+            if p.is_dir() {
+                dirs.push(p.clone());
+                let mut files = Vec::new();
+                rust_files(&p, &mut files);
+                nodes.insert(name, files);
+            } else if !["mod", "lib", "main"].contains(&name.as_str())
+                && p.extension().is_some_and(|x| x == "rs")
+            {
+                nodes.insert(name, vec![p]);
+            }
+        }
+        if dir == src {
+            continue; // the top level is `runner_graph`'s (the binary's is the crate root's)
+        }
+        let rel = dir
+            .strip_prefix(src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('/', "::");
+        let through_crate = format!("crate::{rel}::");
+        let mut graph = Graph::new();
+        for (name, files) in &nodes {
+            let mut deps = BTreeSet::new();
+            for f in files {
+                let text = code(&fs::read_to_string(f).unwrap());
+                // A file's own `super::` is its folder only if it sits directly in it.
+                if f.parent() == Some(dir.as_path()) {
+                    deps.extend(references_through(&text, "super::"));
+                }
+                deps.extend(references_through(&text, &through_crate));
+            }
+            deps.retain(|d| d != name && nodes.contains_key(d));
+            graph.insert(name.clone(), deps);
+        }
+        out.push((dir, graph));
+    }
+    out
+}
+
+#[test]
+fn no_folder_has_a_cycle_between_its_files() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut checked = 0;
+    for src in [manifest.join("src"), manifest.join("../src")] {
+        for (dir, g) in folder_graphs(&src) {
+            checked += 1;
+            if let Some(cycle) = find_cycle(&g) {
+                panic!(
+                    "cycle between files of {}: {}",
+                    dir.display(),
+                    cycle.join(" → ")
+                );
+            }
+        }
+    }
+    assert!(checked > 8, "read too few folders: {checked}");
+}
+
+#[test]
+fn the_binary_takes_nothing_from_the_scheduler() {
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../src");
+    let mut files = Vec::new();
+    rust_files(&bin, &mut files);
+    assert!(files.len() > 20, "read too few files of the binary");
+    let importers: Vec<String> = files
+        .iter()
+        .filter(|f| code(&fs::read_to_string(f).unwrap()).contains("heddle_runner::sched"))
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(importers.is_empty(), "these import `sched`: {importers:?}");
+}
+
 #[test]
 fn the_reader_sees_grouped_and_plain_paths() {
     let text = "use crate::{a, b::{c, d}, e::F};\nlet x = crate::g::h();";
@@ -158,4 +256,9 @@ fn the_reader_sees_grouped_and_plain_paths() {
         .map(|(m, d)| (m.to_string(), [d.to_string()].into()))
         .collect();
     assert_eq!(find_cycle(&cyclic).unwrap(), ["a", "b", "a"]);
+    let siblings: Vec<String> =
+        references_through("use super::{bind, x::Y};\nmy_super::z();", "super::")
+            .into_iter()
+            .collect();
+    assert_eq!(siblings, ["bind", "x"]);
 }

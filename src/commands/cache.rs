@@ -2,7 +2,7 @@
 //! and lock files do not reference (and of quarantined blobs), and a re-hash of every blob
 //! (with a line on what is in quarantine).
 
-use crate::printable::{say, say_err};
+use crate::printable::say;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -172,7 +172,7 @@ fn gc(s: &Session, store: &Store, max_size: Option<&str>, keep_runs: usize) -> R
             }
         }
     }
-    keep.extend(lock_keys(&root));
+    keep.extend(super::pinned::lock_keys(&root));
     let r = store.gc(&keep, max)?;
     say!(
         "kept {} referenced actions; evicted {} actions, removed {} blobs, freed {}; {} remain",
@@ -201,34 +201,6 @@ fn gc(s: &Session, store: &Store, max_size: Option<&str>, keep_runs: usize) -> R
 /// `1 blob`, `2 blobs`.
 fn blobs(n: u64) -> String {
     format!("{n} blob{}", if n == 1 { "" } else { "s" })
-}
-
-/// Cache keys named by the lock files `<root>/pipelines/*.lock`, read with the lock reader.
-/// A lock file that does not read is reported and its keys are not kept.
-pub(crate) fn lock_keys(root: &Path) -> Vec<Digest> {
-    let mut out = Vec::new();
-    let mut files: Vec<_> = std::fs::read_dir(root.join("pipelines"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "lock"))
-        .collect();
-    files.sort();
-    for path in files {
-        match LockFile::read(&path) {
-            Ok(lock) => out.extend(
-                lock.instances
-                    .iter()
-                    .filter_map(|i| i.cache_key.parse::<Digest>().ok()),
-            ),
-            Err(e) => say_err!(
-                "warning: {}; the entries it names may be evicted",
-                heddle_cache::error_chain(&e)
-            ),
-        }
-    }
-    out
 }
 
 /// Bytes in binary units, one decimal: `512 B`, `1.5 KiB`, `20.0 GiB`.

@@ -74,7 +74,7 @@ fn heddle_remote_key_error(e: heddle_remote::KeyError) -> Error {
 pub async fn verify_remote(s: &Session, store: &Store) -> Result<i32, Error> {
     let root = s.project_root();
     let cache = s.open_remote_cache(&root)?.ok_or(Error::NoRemote)?;
-    let mut keys: BTreeSet<Digest> = super::cache::lock_keys(&root).into_iter().collect();
+    let mut keys: BTreeSet<Digest> = super::pinned::lock_keys(&root).into_iter().collect();
     for id in record::list(&root) {
         if let Ok(r) = record::load(&root, &id) {
             keys.extend(r.instances.iter().filter_map(|(_, i)| {

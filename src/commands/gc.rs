@@ -39,7 +39,7 @@ pub async fn gc(a: &GcArgs) -> Result<i32, Error> {
     }
     let targets = targets(a)?;
     // A container whose heddle is still running on this host belongs to a live run.
-    let me = heddle_runner::sched::hostname();
+    let me = heddle_runner::hostname::hostname();
     let mut failed = false;
     for t in &targets {
         match clean(t, &me, a.all).await {

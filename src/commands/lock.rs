@@ -7,7 +7,9 @@ use std::path::Path;
 use heddle_runner::engine_units::{self, HostLocks};
 use heddle_runner::host_pool::{self, UnitHolder};
 use heddle_runner::lock::{self, LockFile};
-use heddle_runner::sched::{self, PlanRow, RunOptions};
+use heddle_runner::prepare::Context;
+use heddle_runner::preview::{preview, CacheHistory, PlanRow};
+use heddle_runner::run_options::RunOptions;
 
 use crate::error::{Error, EXIT_OK, EXIT_STAGE_FAILED};
 use crate::printable::{printable_line, say};
@@ -32,8 +34,8 @@ pub struct StatusArgs {
 
 pub async fn lock(s: &Session, a: &LockArgs) -> Result<i32, Error> {
     let (plan, ctx) = s.prepared(&a.p).await?;
-    let history = sched::CacheHistory::new(&ctx.store);
-    let rows = sched::preview(&ctx, &RunOptions::default(), &history, true);
+    let history = CacheHistory::new(&ctx.store);
+    let rows = preview(&ctx, &RunOptions::default(), &history, true);
     let missing: Vec<String> = rows
         .iter()
         .filter(|r| !r.cached)
@@ -59,7 +61,7 @@ pub async fn status(s: &Session, a: &StatusArgs) -> Result<i32, Error> {
     let (plan, ctx) = s.prepared(&a.p).await?;
     let path = lock::lock_path(&plan.pipeline.file);
     let lockfile = LockFile::read(&path).map_err(Error::NoLock)?;
-    let rows = sched::preview(&ctx, &RunOptions::default(), &lockfile.index(), false);
+    let rows = preview(&ctx, &RunOptions::default(), &lockfile.index(), false);
     let labels: BTreeSet<&str> = rows.iter().map(|r| r.label.as_str()).collect();
     let removed: Vec<&str> = lockfile
         .instances
@@ -92,7 +94,7 @@ pub async fn status(s: &Session, a: &StatusArgs) -> Result<i32, Error> {
 
 /// Each configured host with engine-wide pools, by name, and what its engine says of them
 /// (asked of every host at once, each with a short limit).
-async fn engine_locks(ctx: &sched::Context) -> Vec<(String, HostLocks)> {
+async fn engine_locks(ctx: &Context) -> Vec<(String, HostLocks)> {
     let hosts: Vec<_> = ctx
         .placement
         .hosts()

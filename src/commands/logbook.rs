@@ -6,7 +6,6 @@
 use crate::printable::say;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use clap::Subcommand;
 use heddle_cache::{Digest, Store};
@@ -14,13 +13,13 @@ use heddle_report::compare::Tolerance;
 use heddle_report::entry::{self, Entry, Segment};
 use heddle_runner::lock;
 use heddle_runner::record::{self, RunRecord};
-use heddle_runner::sched::RunOptions;
 
+use super::entry_rerun::{overrides, pipeline_file, read_entry, rerun_options, Rerun};
 use super::verify::{self, VerifyOptions};
 use crate::artefacts::{tables, write_file};
 use crate::error::{Error, EXIT_OK};
 use crate::progress::ProgressMode;
-use crate::session::{self, default_jobs, Session};
+use crate::session::{self, Session};
 
 #[derive(Subcommand, Debug)]
 pub enum LogbookCmd {
@@ -99,26 +98,6 @@ pub async fn logbook(s: &Session, cmd: &LogbookCmd) -> Result<i32, Error> {
             };
             refresh(entry, &rr).await
         }
-    }
-}
-
-/// How the logbook re-runs a pipeline: in this project, with this store.
-pub struct Rerun<'a> {
-    pub root: &'a Path,
-    pub store: Arc<Store>,
-    pub progress: ProgressMode,
-}
-
-/// Options of a rerun for the logbook: every branch finished, a fresh run id.
-pub fn rerun_options(no_cache: bool) -> RunOptions {
-    RunOptions {
-        jobs: default_jobs(),
-        keep_going: true,
-        force: Default::default(),
-        no_cache,
-        run_id: record::new_run_id(),
-        remote: None,
-        cluster: None,
     }
 }
 
@@ -254,51 +233,6 @@ fn new_entry(
         tables.len()
     );
     Ok(EXIT_OK)
-}
-
-pub fn read_entry(path: &Path) -> Result<Entry, Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-        op: "cannot read",
-        path: path.to_path_buf(),
-        source,
-    })?;
-    Entry::parse(&text).map_err(|source| Error::BadEntry {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-/// The pipeline file an entry names (relative to the project root), as written and resolved.
-pub fn pipeline_file(e: &Entry, root: &Path) -> Result<(String, PathBuf), Error> {
-    let named = e
-        .front
-        .get("pipeline_file")
-        .ok_or_else(|| Error::Usage("the entry names no pipeline_file".into()))?;
-    let file = PathBuf::from(named);
-    let file = if file.is_absolute() {
-        file
-    } else {
-        root.join(file)
-    };
-    Ok((named.clone(), file))
-}
-
-/// `--set` overrides that reproduce the entry's params.
-pub fn overrides(e: &Entry) -> Result<Vec<(String, String)>, Error> {
-    let params: BTreeMap<String, serde_json::Value> = match e.front.get("params") {
-        Some(p) => serde_json::from_str(p).map_err(Error::EntryParams)?,
-        None => BTreeMap::new(),
-    };
-    Ok(params
-        .into_iter()
-        .map(|(k, v)| {
-            let text = match v {
-                serde_json::Value::String(s) => s,
-                other => other.to_string(),
-            };
-            (k, text)
-        })
-        .collect())
 }
 
 async fn refresh(entry_path: &Path, rr: &Rerun<'_>) -> Result<i32, Error> {

@@ -2,7 +2,8 @@
 
 use std::io::Write as _;
 
-use heddle_runner::sched::{self, PlanRow, RunOptions};
+use heddle_runner::preview::{preview, CacheHistory, History, PlanRow};
+use heddle_runner::run_options::RunOptions;
 
 use crate::error::{Error, EXIT_OK};
 use crate::printable::printable_line;
@@ -18,17 +19,16 @@ pub struct PlanArgs {
 
 pub async fn plan(s: &Session, a: &PlanArgs) -> Result<i32, Error> {
     let (plan, ctx) = s.prepared(&a.p).await?;
-    let history: Box<dyn sched::History> =
-        match s.open_remote(&plan.pipeline.root, ctx.store.clone())? {
-            // A local miss the shared cache holds is `cached (remote)`, and its outputs let the
-            // plan compute the keys downstream of it, as a run would.
-            Some(remote) => Box::new(crate::remote_cache::RemoteHistory::new(
-                &ctx.store,
-                crate::remote_cache::gate(remote),
-            )),
-            None => Box::new(sched::CacheHistory::new(&ctx.store)),
-        };
-    let rows = sched::preview(&ctx, &RunOptions::default(), history.as_ref(), false);
+    let history: Box<dyn History> = match s.open_remote(&plan.pipeline.root, ctx.store.clone())? {
+        // A local miss the shared cache holds is `cached (remote)`, and its outputs let the
+        // plan compute the keys downstream of it, as a run would.
+        Some(remote) => Box::new(crate::remote_cache::RemoteHistory::new(
+            &ctx.store,
+            crate::remote_cache::gate(remote),
+        )),
+        None => Box::new(CacheHistory::new(&ctx.store)),
+    };
+    let rows = preview(&ctx, &RunOptions::default(), history.as_ref(), false);
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows).expect("json"));
     } else {

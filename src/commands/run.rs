@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use heddle_containers::Engine;
 use heddle_runner::lock;
+use heddle_runner::outputs::output_dir;
 use heddle_runner::plan::Plan;
 use heddle_runner::record::{self, ErrorClass, RunRecord, RunStatus, Status};
-use heddle_runner::sched::{self, RunOptions};
+use heddle_runner::run_options::RunOptions;
 
 use crate::dfc::Route;
 use crate::error::{Error, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, EXIT_STAGE_FAILED};
@@ -155,7 +156,7 @@ fn check_forced(plan: &Plan, force: &[String]) -> Result<(), Error> {
 /// The summary line, where the outputs went and the report tables.
 fn print_summary(plan: &Plan, rec: &RunRecord) {
     let (ran, cached, failed, skipped) = rec.counts();
-    let out_dir = sched::output_dir(plan, "");
+    let out_dir = output_dir(plan, "");
     eprintln!(
         "{} {}: {} instances — {ran} ran, {cached} cached, {failed} failed, {skipped} skipped in {}",
         match rec.status {

@@ -11,7 +11,7 @@ use heddle_report::entry::{self, Block, Table};
 use heddle_runner::model::value_text;
 use heddle_runner::record::{self, RunRecord};
 
-use super::logbook::{overrides, pipeline_file, read_entry, rerun_options, Rerun};
+use super::entry_rerun::{overrides, pipeline_file, read_entry, rerun_options, Rerun};
 use crate::artefacts::tables;
 use crate::error::{Error, EXIT_OK, EXIT_STAGE_FAILED};
 use crate::session;

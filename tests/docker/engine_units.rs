@@ -284,7 +284,7 @@ fn status_names_the_holder_of_an_engine_wide_unit() {
         .replace(&pool, "[POOL]")
         .replace(&format!("pid {pid} "), "pid [PID] ")
         .replace(
-            &format!(" on {},", heddle_runner::sched::hostname()),
+            &format!(" on {},", heddle_runner::hostname::hostname()),
             " on [HOSTNAME],",
         );
     assert_eq!(

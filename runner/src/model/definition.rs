@@ -11,18 +11,11 @@ use toml::Spanned;
 
 use heddle_cache::error_chain;
 
-use super::loader::Loader;
+use super::loader::{LoadedDef, Loader};
 use super::value::{toml_to_json, ParamDef, ParamType};
 use super::StageDef;
 use crate::diag::{Diagnostic, Source};
-use crate::spec::{self, ParamDecl, RawStage, StageDefSpec, NOT_IN_DEFINITION};
-
-/// A loaded definition and its `[stage]` table, the middle layer of a stage's settings.
-#[derive(Clone)]
-pub(super) struct LoadedDef {
-    pub def: Arc<StageDef>,
-    pub stage: Arc<RawStage>,
-}
+use crate::spec::{self, ParamDecl, StageDefSpec, NOT_IN_DEFINITION};
 
 impl Loader {
     /// The definition named by `uses`, loaded on first use; `None` (reported) when it is

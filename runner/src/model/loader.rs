@@ -12,11 +12,17 @@ use toml::Spanned;
 
 use heddle_cache::error_chain;
 
-use super::definition::LoadedDef;
 use super::value::{parse_value_text, toml_to_json, ParamType};
-use super::{valid_name, EnvDef, LoadError, LoadOptions, Pipeline};
+use super::{valid_name, EnvDef, LoadError, LoadOptions, Pipeline, StageDef};
 use crate::diag::{did_you_mean, Diagnostic, Diagnostics, Source};
 use crate::spec::{EnvSpec, PipelineSpec, RawStage, NOT_IN_DEFAULTS};
+
+/// A loaded definition and its `[stage]` table, the middle layer of a stage's settings.
+#[derive(Clone)]
+pub(super) struct LoadedDef {
+    pub def: Arc<StageDef>,
+    pub stage: Arc<RawStage>,
+}
 
 pub(super) struct Loader {
     pub src: Arc<Source>,

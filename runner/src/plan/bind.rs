@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use serde_json::Value;
 
-use super::build::Builder;
+use super::builder::Builder;
 use super::join::ProjectionIndex;
 use super::params::lookup_scalar;
 use super::{label, BoundInput, Matrix};

@@ -4,49 +4,18 @@
 //! collected, so one `heddle plan` names every problem; a stage downstream of one that failed is
 //! left out, since it could only echo that error.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
+use super::builder::Builder;
 use super::check::check_templates;
 use super::expand::Expansion;
 use super::join::ProjectionIndex;
 use super::params::resolve_params;
 use super::{bind, label, Instance, Matrix};
-use crate::diag::{Diagnostic, Diagnostics};
-use crate::model::{InputKind, Pipeline, Stage};
 
-/// The instances built so far, and what later stages need to know of each stage.
-pub(super) struct Builder<'p> {
-    pub(super) p: &'p Pipeline,
-    pub(super) index: BTreeMap<&'p str, usize>,
-    pub(super) instances: Vec<Instance>,
-    /// Instance ids per stage (empty for a stage that failed to plan).
-    pub(super) by_stage: Vec<Vec<usize>>,
-    /// The matrix keys each stage's instances carry.
-    pub(super) keys_of: Vec<BTreeSet<String>>,
-    pub(super) errors: Vec<Diagnostic>,
-}
+use crate::model::{InputKind, Stage};
 
-impl<'p> Builder<'p> {
-    pub(super) fn new(p: &'p Pipeline, index: BTreeMap<&'p str, usize>) -> Builder<'p> {
-        Builder {
-            p,
-            index,
-            instances: Vec::new(),
-            by_stage: vec![Vec::new(); p.stages.len()],
-            keys_of: vec![BTreeSet::new(); p.stages.len()],
-            errors: Vec::new(),
-        }
-    }
-
-    /// The instances, or every error found.
-    pub(super) fn finish(self) -> Result<Vec<Instance>, Diagnostics> {
-        if self.errors.is_empty() {
-            Ok(self.instances)
-        } else {
-            Err(Diagnostics(self.errors))
-        }
-    }
-
+impl Builder<'_> {
     /// Plan stage `si`, whose upstreams are planned.
     pub(super) fn stage(&mut self, si: usize) {
         let p = self.p;

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::build::Builder;
+use super::builder::Builder;
 use super::check::hint_keys;
 use super::join::join;
 use super::Matrix;

@@ -28,6 +28,7 @@ use heddle_schema::VecMap;
 
 mod bind;
 mod build;
+mod builder;
 mod check;
 mod expand;
 mod join;
@@ -112,7 +113,7 @@ pub fn build(pipeline: Arc<Pipeline>) -> Result<Plan, Diagnostics> {
     let p = &*pipeline;
     let index = order::stage_index(p);
     let stage_order = order::stage_order(p, &index).map_err(|d| Diagnostics(vec![d]))?;
-    let mut builder = build::Builder::new(p, index);
+    let mut builder = builder::Builder::new(p, index);
     for si in stage_order {
         builder.stage(si);
     }

@@ -36,34 +36,10 @@ use crate::sandbox::SandboxPool;
 use commit::Commit;
 
 // The CLI reaches these through the scheduler, where they were first defined.
-pub use crate::hostname::hostname;
-pub use crate::outputs::output_dir;
-pub use crate::prepare::Context;
-pub use crate::preview::{preview, CacheHistory, History, PlanRow};
-pub use crate::run_options::RunOptions;
-
-/// What the engine tells the reporter. The engine never touches the terminal.
-#[derive(Debug, Clone)]
-pub enum Event {
-    Started {
-        id: usize,
-        label: String,
-        reason: String,
-    },
-    Line {
-        id: usize,
-        line: String,
-    },
-    Finished {
-        id: usize,
-        label: String,
-        status: Status,
-        cached: bool,
-        duration_ms: u64,
-        error: Option<String>,
-    },
-    Message(String),
-}
+pub use crate::event::Event;
+use crate::hostname::hostname;
+use crate::prepare::Context;
+use crate::run_options::RunOptions;
 
 /// What every instance task reads: the context, the run's limits and its channels.
 struct Shared {
