@@ -51,20 +51,12 @@ impl SandboxPool {
     }
 
     /// This run's folder, made and locked on first use.
-    fn run_dir(&self) -> Result<PathBuf, String> {
+    fn run_dir(&self) -> Result<PathBuf, SandboxError> {
         let mut run = self.run.lock().expect("sandbox pool");
         if let Some(r) = run.as_ref() {
             return Ok(r.path().to_path_buf());
         }
-        let r = RunScratch::create(&self.scratch).map_err(|e| {
-            let mut msg = e.to_string();
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                msg.push_str(&format!(": {s}"));
-                src = s.source();
-            }
-            msg
-        })?;
+        let r = RunScratch::create(&self.scratch).map_err(SandboxError::Scratch)?;
         Ok(run.insert(r).path().to_path_buf())
     }
 
@@ -74,7 +66,7 @@ impl SandboxPool {
         self: &Arc<Self>,
         inputs: &[String],
         outputs: &[String],
-    ) -> Result<Sandbox, String> {
+    ) -> Result<Sandbox, SandboxError> {
         // A reused sandbox that cannot be emptied (a container running as another user left
         // files heddle may not remove) is set aside, not reused, and a fresh one is made.
         loop {
@@ -87,8 +79,9 @@ impl SandboxPool {
                     let p = tempfile::Builder::new()
                         .prefix("sandbox-")
                         .tempdir_in(&dir)
-                        .map_err(|e| {
-                            format!("failed to create a sandbox in {}: {e}", dir.display())
+                        .map_err(|source| SandboxError::Create {
+                            dir: dir.clone(),
+                            source,
                         })?
                         .keep();
                     self.all.lock().expect("sandbox pool").push(p.clone());
@@ -103,7 +96,7 @@ impl SandboxPool {
                     })
                 }
                 Err(e) if fresh => return Err(e),
-                Err(e) => tracing::debug!("sandbox set aside: {e}"),
+                Err(e) => tracing::debug!("sandbox set aside: {}", error_chain(&e)),
             }
         }
     }
@@ -147,8 +140,11 @@ impl Drop for Sandbox {
 }
 
 /// Empty `work/`, `in/<name>` for each input and `out/<name>` for each output; remove the rest.
-fn reset(root: &Path, inputs: &[String], outputs: &[String]) -> Result<(), String> {
-    let err = |p: &Path, e: std::io::Error| format!("failed to prepare {}: {e}", p.display());
+fn reset(root: &Path, inputs: &[String], outputs: &[String]) -> Result<(), SandboxError> {
+    let err = |p: &Path, source| SandboxError::Prepare {
+        path: p.to_path_buf(),
+        source,
+    };
     for entry in read_names(root).map_err(|e| err(root, e))? {
         if !matches!(entry.as_str(), "in" | "out" | "work") {
             remove_tree(&root.join(&entry)).map_err(|e| err(&root.join(&entry), e))?;
@@ -216,36 +212,50 @@ pub fn lay_out(
     store: &Store,
     sb: &Path,
     inputs: &BTreeMap<String, Resolved>,
-) -> Result<(), String> {
-    let mk = |p: &Path| std::fs::create_dir_all(p).map_err(|e| format!("{}: {e}", p.display()));
+) -> Result<(), SandboxError> {
     for (name, r) in inputs {
         let dir = sb.join("in").join(name);
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| SandboxError::LayOut {
+                input: name.clone(),
+                path,
+                source,
+            }
+        };
+        let link = |source| SandboxError::Link {
+            input: name.clone(),
+            source,
+        };
         match r {
             Resolved::Path { abs, .. } => {
                 let file = abs
                     .file_name()
                     .map(|f| f.to_os_string())
                     .unwrap_or_default();
-                copy_readonly(abs, &dir.join(file))?;
+                copy_readonly(abs, &dir.join(file)).map_err(|(path, source)| {
+                    SandboxError::LayOut {
+                        input: name.clone(),
+                        path,
+                        source,
+                    }
+                })?;
             }
             Resolved::One { entry, file } => {
-                store
-                    .link_into(entry, &dir.join(file))
-                    .map_err(|e| error_chain(&e))?;
+                store.link_into(entry, &dir.join(file)).map_err(link)?;
             }
             Resolved::Gather { file, members } => {
                 for m in members {
                     let d = dir.join(&m.dir);
-                    mk(&d)?;
+                    std::fs::create_dir_all(&d).map_err(io(&d))?;
                     let write = |n: &str, v: &dyn erased::Json| {
-                        std::fs::write(d.join(n), v.json()).map_err(|e| e.to_string())
+                        let path = d.join(n);
+                        std::fs::write(&path, v.json()).map_err(io(&path))
                     };
                     write("matrix.json", &m.status.matrix)?;
                     write("status.json", &m.status)?;
                     if let Some(e) = &m.entry {
-                        store
-                            .link_into(e, &d.join(file))
-                            .map_err(|e| error_chain(&e))?;
+                        store.link_into(e, &d.join(file)).map_err(link)?;
                     }
                 }
             }
@@ -255,7 +265,10 @@ pub fn lay_out(
 }
 
 /// [`Store::check_fed`] for every blob laid out as an input, naming the input on failure.
-pub fn check_inputs(store: &Store, inputs: &BTreeMap<String, Resolved>) -> Result<(), String> {
+pub fn check_inputs(
+    store: &Store,
+    inputs: &BTreeMap<String, Resolved>,
+) -> Result<(), SandboxError> {
     for (name, r) in inputs {
         let entries: Vec<&OutputEntry> = match r {
             Resolved::Path { .. } => continue,
@@ -265,13 +278,12 @@ pub fn check_inputs(store: &Store, inputs: &BTreeMap<String, Resolved>) -> Resul
             }
         };
         for entry in entries {
-            store.check_fed(entry).map_err(|e| {
-                format!(
-                    "input `{name}` was modified while the stage ran (by this stage or one \
-                     beside it); it must be treated as read-only: {}",
-                    error_chain(&e)
-                )
-            })?;
+            store
+                .check_fed(entry)
+                .map_err(|source| SandboxError::InputModified {
+                    input: name.clone(),
+                    source,
+                })?;
         }
     }
     Ok(())
@@ -290,23 +302,67 @@ mod erased {
 
 /// A repo file or folder copied (reflinked where possible) into the sandbox, read-only, so a
 /// stage cannot change the user's file through its input path.
-fn copy_readonly(src: &Path, dest: &Path) -> Result<(), String> {
-    let meta = std::fs::metadata(src).map_err(|e| format!("{}: {e}", src.display()))?;
+/// On failure, the path that failed and why.
+fn copy_readonly(src: &Path, dest: &Path) -> Result<(), (PathBuf, std::io::Error)> {
+    let at = |p: &Path| {
+        let p = p.to_path_buf();
+        move |e| (p, e)
+    };
+    let meta = std::fs::metadata(src).map_err(at(src))?;
     if meta.is_dir() {
-        std::fs::create_dir_all(dest).map_err(|e| e.to_string())?;
-        for e in std::fs::read_dir(src).map_err(|e| e.to_string())? {
-            let e = e.map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(dest).map_err(at(dest))?;
+        for e in std::fs::read_dir(src).map_err(at(src))? {
+            let e = e.map_err(at(src))?;
             copy_readonly(&e.path(), &dest.join(e.file_name()))?;
         }
         return Ok(());
     }
-    reflink_copy::reflink_or_copy(src, dest)
-        .map_err(|e| format!("failed to copy {}: {e}", src.display()))?;
-    let mut perm = std::fs::metadata(dest)
-        .map_err(|e| e.to_string())?
-        .permissions();
+    reflink_copy::reflink_or_copy(src, dest).map_err(at(src))?;
+    let mut perm = std::fs::metadata(dest).map_err(at(dest))?.permissions();
     perm.set_readonly(true);
-    std::fs::set_permissions(dest, perm).map_err(|e| e.to_string())
+    std::fs::set_permissions(dest, perm).map_err(at(dest))
+}
+
+/// Why a sandbox could not be made ready, or an input was found changed after the stage. Each
+/// message names the thing; its cause follows through `source` ([`error_chain`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("failed to create the run's scratch folder")]
+    Scratch(#[source] heddle_cache::CacheError),
+    #[error("failed to create a sandbox in {}", dir.display())]
+    Create {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to prepare {}", path.display())]
+    Prepare {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to lay out input `{input}` at {}", path.display())]
+    LayOut {
+        input: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to link input `{input}` from the cache")]
+    Link {
+        input: String,
+        #[source]
+        source: heddle_cache::CacheError,
+    },
+    #[error(
+        "input `{input}` was modified while the stage ran (by this stage or one beside it); it \
+         must be treated as read-only"
+    )]
+    InputModified {
+        input: String,
+        #[source]
+        source: heddle_cache::CacheError,
+    },
 }
 
 #[cfg(test)]

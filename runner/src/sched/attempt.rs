@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use heddle_cache::OutputEntry;
+use heddle_cache::{error_chain, OutputEntry};
 use serde_json::Value;
 use tokio::sync::mpsc::unbounded_channel;
 
@@ -19,7 +19,7 @@ use crate::names::path_segment;
 use crate::outputs::{collect, output_dir, relative_paths};
 use crate::record::{ErrorClass, InstanceRecord, StatusRecord};
 use crate::render::render;
-use crate::sandbox::{check_inputs, lay_out, Sandbox};
+use crate::sandbox::{check_inputs, lay_out, Sandbox, SandboxError};
 
 use super::outcome::{cancelled, failed, heddle_error};
 use super::{blocking, Event, Shared};
@@ -38,7 +38,7 @@ pub(super) async fn attempt_once(
     let inst = &sh.ctx.plan.instances[id];
     let sandbox = open_sandbox(sh, id, inputs)
         .await
-        .map_err(|e| heddle_error(inst, e))?;
+        .map_err(|e| heddle_error(inst, error_chain(&e)))?;
     let sb = sandbox.path().to_path_buf();
     let req = request(sh, id, inputs, launch, exec, &sb, record, holds);
     let stderr_log = req.stderr_log.clone();
@@ -100,15 +100,14 @@ async fn open_sandbox(
     sh: &Shared,
     id: usize,
     inputs: &BTreeMap<String, Resolved>,
-) -> Result<Sandbox, String> {
+) -> Result<Sandbox, SandboxError> {
     let in_names: Vec<String> = inputs.keys().cloned().collect();
     let out_names: Vec<String> = sh.ctx.plan.stage_of(id).outputs.keys().cloned().collect();
     let (pool, store, ins) = (sh.sandboxes.clone(), sh.ctx.store.clone(), inputs.clone());
     // One trip to the blocking pool for both: each hand-off is two thread switches per stage.
     blocking(move || {
         let sandbox = pool.acquire(&in_names, &out_names)?;
-        lay_out(&store, sandbox.path(), &ins)
-            .map_err(|e| format!("failed to lay out inputs: {e}"))?;
+        lay_out(&store, sandbox.path(), &ins)?;
         Ok(sandbox)
     })
     .await
@@ -272,7 +271,7 @@ async fn check_and_collect(
         // A host stage sees its inputs as hard links to blobs: a write through one (as root the
         // read-only mode does not stop it) must fail this stage and every stage that held the
         // blob, before any of them stores a result.
-        check_inputs(&store, &ins).map_err(Checked::InputModified)?;
+        check_inputs(&store, &ins).map_err(|e| Checked::InputModified(error_chain(&e)))?;
         // A secret written into an output would be stored, materialised and uploaded.
         if let Some(name) = crate::secrets::output_holding(sandbox.path(), &files, &mask) {
             return Err(Checked::Output(
