@@ -101,6 +101,8 @@ enum Cmd {
 
 /// Parse the command line, run the command, print its error if any; returns the exit code.
 pub fn main() -> i32 {
+    // `COMPLETE=bash heddle`: print the shell's hook, or answer it, and exit.
+    clap_complete::CompleteEnv::with_factory(<Cli as clap::CommandFactory>::command).complete();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

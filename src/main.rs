@@ -11,6 +11,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod artefacts;
 mod cli;
 mod commands;
+mod completion;
 mod dfc;
 mod error;
 mod printable;

@@ -29,7 +29,8 @@ pub struct PipelineArgs {
     /// The pipeline file (default: ./heddle.toml, or the only file in ./pipelines/).
     pipeline: Option<PathBuf>,
     /// Override a param: --set name=value (repeatable).
-    #[arg(long = "set", value_name = "NAME=VALUE")]
+    #[arg(long = "set", value_name = "NAME=VALUE",
+          add = clap_complete::engine::ArgValueCompleter::new(crate::completion::params))]
     set: Vec<String>,
 }
 

@@ -30,6 +30,53 @@ fn completions_for_each_shell_name_the_commands() {
     p.heddle(&["completions", "tcsh"]).code(2);
 }
 
+/// The dynamic completion (`source <(COMPLETE=bash heddle)`) asked as bash's hook asks it:
+/// the words after `--`, the index of the one being completed.
+fn complete(p: &Project, words: &[&str]) -> Vec<String> {
+    let mut args = vec!["--", "heddle"];
+    args.extend_from_slice(words);
+    let out = p
+        .cmd(&args)
+        .env("COMPLETE", "bash")
+        .env("_CLAP_COMPLETE_INDEX", words.len().to_string())
+        .env("_CLAP_COMPLETE_COMP_TYPE", "9")
+        .env("_CLAP_IFS", "\n")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mut got: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    got.sort();
+    got
+}
+
+#[test]
+fn dynamic_completion_offers_the_projects_stages_and_params() {
+    let p = Project::new();
+    p.file(
+        "pipelines/a.toml",
+        "[pipeline]\nname = \"a\"\n[params]\nquant = \"a8_w8\"\nscale = 2\n[stages.translate]\nrun = \"true\"\n[stages.optimize]\nrun = \"true\"\n",
+    )
+    .file(
+        "pipelines/b.toml",
+        "[pipeline]\nname = \"b\"\n[stages.compile]\nrun = \"true\"\n[stages.optimize]\nrun = \"true\"\n",
+    )
+    .file("pipelines/broken.toml", "[stages\n");
+    assert_eq!(
+        complete(&p, &["run", "--force", ""]),
+        ["compile", "optimize", "translate"]
+    );
+    assert_eq!(complete(&p, &["run", "--force", "o"]), ["optimize"]);
+    assert_eq!(complete(&p, &["run", "--set", ""]), ["quant=", "scale="]);
+    // The hook itself is a bash function that calls heddle back.
+    let hook = p.cmd(&[]).env("COMPLETE", "bash").output().unwrap();
+    let hook = String::from_utf8(hook.stdout).unwrap();
+    assert_contains(&hook, "_CLAP_COMPLETE_INDEX");
+}
+
 #[test]
 fn the_bash_script_is_valid_bash() {
     let p = Project::new();

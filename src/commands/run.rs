@@ -44,7 +44,8 @@ pub struct RunArgs {
     #[arg(long)]
     keep_going: bool,
     /// Run this stage's instances even when cached (repeatable).
-    #[arg(long, value_name = "STAGE")]
+    #[arg(long, value_name = "STAGE",
+          add = clap_complete::engine::ArgValueCompleter::new(crate::completion::stages))]
     force: Vec<String>,
     /// Ignore the cache for every stage (results are still stored).
     #[arg(long)]
