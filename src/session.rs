@@ -141,6 +141,10 @@ impl Session {
                 stage_lib: Some(self.stage_lib()),
             },
         )?;
+        for w in &pipeline.warnings {
+            // Multi-line (the quoted source line and its caret), like an error.
+            eprintln!("{}", crate::printable::printable(&w.warning_text()));
+        }
         route.apply(&mut pipeline)?;
         crate::commands::select::keep_only(&mut pipeline, only)?;
         Ok((plan::build(Arc::new(pipeline))?, route))

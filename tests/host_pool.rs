@@ -1,4 +1,4 @@
-//! Devices locked across runs (issue 10): a pool declared `scope = "host"` is one lock per
+//! Devices locked across runs (issue 10): a pool declared `scope = "machine"` is one lock per
 //! unit shared by every heddle on the host. Two runs' device stages never overlap, `heddle
 //! status` names the holder, and `kill -9` of a holder frees the unit.
 
@@ -7,10 +7,10 @@ mod support;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use support::assert_lacks;
 use support::fill;
 use support::process::{wait_ended, wait_for, StderrLines};
 use support::Project;
+use support::{assert_contains, assert_lacks};
 
 fn device_project(name: &str, sleep: &str) -> Project {
     Project::with_pipeline(&fill(
@@ -124,4 +124,25 @@ fn heddle_runner_holders(locks: &std::path::Path) -> String {
         .filter(|l| l.starts_with("held "))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The old spelling `scope = "host"` still locks across runs, and says what to write instead,
+/// pointing at the line.
+#[test]
+fn the_old_scope_spelling_warns_and_still_works() {
+    let p = Project::new();
+    let pipeline = fill(
+        include_str!("fixtures/host_pool/device.toml"),
+        &[("NAME", "old"), ("SLEEP", "0")],
+    );
+    p.file(
+        "p.toml",
+        &pipeline.replace("scope = \"machine\"", "scope = \"host\""),
+    );
+    let out = p.heddle(&["plan", "p.toml"]).ok();
+    assert_contains(
+        &out.stderr,
+        "warning: resource pool `hailo`: `scope = \"host\"` is the old spelling of `scope = \"machine\"`; it is accepted until the next release\n  --> ",
+    );
+    assert_contains(&out.stderr, "p.toml:");
 }

@@ -107,6 +107,17 @@ impl Diagnostic {
     }
 }
 
+impl Diagnostic {
+    /// The diagnostic as a warning: its lines, led by `warning:` instead of `error:`.
+    pub fn warning_text(&self) -> String {
+        let text = self.to_string();
+        match text.strip_prefix("error: ") {
+            Some(rest) => format!("warning: {rest}"),
+            None => text,
+        }
+    }
+}
+
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "error: {}", self.message)?;

@@ -1,14 +1,38 @@
-//! The value of a `[resources]` entry: `gpu = 1` (a pool of one run) or
-//! `hailo = { units = 1, scope = "host" }` (shared by every heddle on the host, see
-//! [`crate::host_pool`]).
+//! The value of a pool entry: `gpu = 1` (a pool of one run) or
+//! `hailo = { units = 1, scope = "machine" }` in a pipeline's `[resources]` (shared by every
+//! heddle on this machine, [`crate::host_pool`]), `scope = "engine"` in `hosts.toml` (shared by
+//! every heddle placing on that Docker engine, [`crate::engine_units`]).
+//!
+//! Both were once spelled `scope = "host"`, which read as the same thing in two files that mean
+//! different things; that spelling is still accepted, with a warning, for one release.
 
 /// How far a pool's units are shared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
     /// Within one run (a semaphore in the process).
     Run,
-    /// Across every heddle process on this host (a lock file per unit).
-    Host,
+    /// Beyond this run: every heddle on this machine (`[resources]`) or on the engine
+    /// (`hosts.toml`), as [`Place`] says.
+    Shared,
+}
+
+/// Where the pool is declared, which decides what a shared scope is called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// A pipeline's `[resources]`: `scope = "machine"`.
+    Resources,
+    /// A host of `hosts.toml`: `scope = "engine"`.
+    Hosts,
+}
+
+impl Place {
+    /// The spelling of [`Scope::Shared`] here.
+    pub fn shared_word(self) -> &'static str {
+        match self {
+            Place::Resources => "machine",
+            Place::Hosts => "engine",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,8 +41,15 @@ pub struct PoolSpec {
     pub scope: Scope,
 }
 
-/// Parse one entry; the error says what to write instead.
-pub fn parse(v: &toml::Value) -> Result<PoolSpec, String> {
+/// A parsed entry, and a warning when it used the old spelling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parsed {
+    pub spec: PoolSpec,
+    pub warning: Option<String>,
+}
+
+/// Parse one entry declared at `place`; the error says what to write instead.
+pub fn parse(v: &toml::Value, place: Place) -> Result<Parsed, String> {
     let units = |v: &toml::Value| match v.as_integer().map(u32::try_from) {
         Some(Ok(n)) if n > 0 => Ok(n),
         _ => Err("needs a positive size".to_string()),
@@ -29,16 +60,31 @@ pub fn parse(v: &toml::Value) -> Result<PoolSpec, String> {
                 return Err(format!("unknown key `{k}` (expected `units` and `scope`)"));
             }
             let n = units(t.get("units").ok_or("needs `units = N`")?)?;
+            let shared = place.shared_word();
+            let mut warning = None;
             let scope = match t.get("scope").map(|s| s.as_str()) {
                 None | Some(Some("run")) => Scope::Run,
-                Some(Some("host")) => Scope::Host,
-                _ => return Err("`scope` is \"run\" or \"host\"".into()),
+                Some(Some(w)) if w == shared => Scope::Shared,
+                Some(Some("host")) => {
+                    warning = Some(format!(
+                        "`scope = \"host\"` is the old spelling of `scope = \"{shared}\"`; it \
+                         is accepted until the next release"
+                    ));
+                    Scope::Shared
+                }
+                _ => return Err(format!("`scope` is \"run\" or \"{shared}\"")),
             };
-            Ok(PoolSpec { units: n, scope })
+            Ok(Parsed {
+                spec: PoolSpec { units: n, scope },
+                warning,
+            })
         }
-        other => Ok(PoolSpec {
-            units: units(other)?,
-            scope: Scope::Run,
+        other => Ok(Parsed {
+            spec: PoolSpec {
+                units: units(other)?,
+                scope: Scope::Run,
+            },
+            warning: None,
         }),
     }
 }
@@ -49,7 +95,7 @@ mod tests {
 
     fn p(text: &str) -> Result<PoolSpec, String> {
         let t: toml::Table = toml::from_str(&format!("x = {text}")).unwrap();
-        parse(&t["x"])
+        parse(&t["x"], Place::Resources).map(|p| p.spec)
     }
 
     #[test]
@@ -62,21 +108,43 @@ mod tests {
             })
         );
         assert_eq!(
-            p(r#"{ units = 1, scope = "host" }"#),
+            p(r#"{ units = 1, scope = "machine" }"#),
             Ok(PoolSpec {
                 units: 1,
-                scope: Scope::Host
+                scope: Scope::Shared
             })
         );
         assert_eq!(p("0"), Err("needs a positive size".into()));
         assert_eq!(
             p(r#"{ units = 1, scope = "galaxy" }"#),
-            Err("`scope` is \"run\" or \"host\"".into())
+            Err("`scope` is \"run\" or \"machine\"".into())
+        );
+        // Each file's word, and the old one with a warning.
+        let t: toml::Table = toml::from_str(
+            "m = { units = 1, scope = \"machine\" }\ne = { units = 1, scope = \"engine\" }\nh = { units = 1, scope = \"host\" }",
+        )
+        .unwrap();
+        assert!(parse(&t["e"], Place::Resources).is_err());
+        assert!(parse(&t["m"], Place::Hosts).is_err());
+        let shared = |v, place| parse(v, place).unwrap();
+        assert_eq!(shared(&t["e"], Place::Hosts).spec.scope, Scope::Shared);
+        assert_eq!(shared(&t["e"], Place::Hosts).warning, None);
+        let old = shared(&t["h"], Place::Hosts);
+        assert_eq!(old.spec.scope, Scope::Shared);
+        assert_eq!(
+            old.warning.as_deref(),
+            Some(
+                "`scope = \"host\"` is the old spelling of `scope = \"engine\"`; it is accepted \
+                 until the next release"
+            )
         );
         assert_eq!(
             p(r#"{ unit = 1 }"#),
             Err("unknown key `unit` (expected `units` and `scope`)".into())
         );
-        assert_eq!(p(r#"{ scope = "host" }"#), Err("needs `units = N`".into()));
+        assert_eq!(
+            p(r#"{ scope = "machine" }"#),
+            Err("needs `units = N`".into())
+        );
     }
 }

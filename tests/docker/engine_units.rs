@@ -39,7 +39,7 @@ fn device_project(engine: &str, pool: &str, name: &str, sleep: &str) -> Project 
 }
 
 fn hosts(engine: &str, pool: &str) -> String {
-    format!("[hosts.far]\ndocker = \"{engine}\"\npools = {{ {pool} = {{ units = 1, scope = \"host\" }} }}\n")
+    format!("[hosts.far]\ndocker = \"{engine}\"\npools = {{ {pool} = {{ units = 1, scope = \"engine\" }} }}\n")
 }
 
 /// `heddle run p.toml` in `p`, in the background, its output kept for later.
@@ -270,7 +270,7 @@ fn status_names_the_holder_of_an_engine_wide_unit() {
     wait_for_lock(&pool, &mut holder.0);
 
     let observer = Project::with_hosts(&format!(
-        "{}[hosts.dead]\ndocker = \"tcp://127.0.0.1:1\"\npools = {{ npu = {{ units = 2, scope = \"host\" }} }}\n",
+        "{}[hosts.dead]\ndocker = \"tcp://127.0.0.1:1\"\npools = {{ npu = {{ units = 2, scope = \"engine\" }} }}\n",
         hosts(&tcp, &pool)
     ));
     observer.file(

@@ -230,8 +230,10 @@ fn check_pools(
     let mut pools = BTreeMap::new();
     let mut engine_wide = BTreeSet::new();
     for (pool, size) in raw {
-        let spec = match pool_spec::parse(size.get_ref()) {
-            Ok(spec) => spec,
+        let spec = match pool_spec::parse(size.get_ref(), pool_spec::Place::Hosts) {
+            // `scope = "host"` still means the engine here; its warning waits for hosts.toml
+            // to have a warning channel (the pipeline's `[resources]` has one).
+            Ok(parsed) => parsed.spec,
             Err(why) => {
                 errors.push(src.error(
                     Some(size.span()),
@@ -244,13 +246,13 @@ fn check_pools(
                 continue;
             }
         };
-        if spec.scope == Scope::Host {
+        if spec.scope == Scope::Shared {
             // Its lock containers are named after it, and the engine takes few characters.
             if !container_name_safe(pool.get_ref()) {
                 errors.push(src.error(
                     Some(pool.span()),
                     format!(
-                        "host `{}`: pool `{}` is shared on the engine (scope = \"host\"), so \
+                        "host `{}`: pool `{}` is shared on the engine (scope = \"engine\"), so \
                          its name must be letters, digits, `_`, `.` or `-`",
                         name.get_ref(),
                         pool.get_ref()
@@ -456,7 +458,7 @@ transfer = "archive"
         )
         .unwrap_err();
         assert!(
-            e.contains("pool `hai lo` is shared on the engine (scope = \"host\"), so its name must be letters, digits, `_`, `.` or `-`"),
+            e.contains("pool `hai lo` is shared on the engine (scope = \"engine\"), so its name must be letters, digits, `_`, `.` or `-`"),
             "{e}"
         );
         assert!(e.contains("hosts.toml:3:11"), "{e}");

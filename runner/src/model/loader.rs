@@ -29,6 +29,8 @@ pub(super) struct Loader {
     pub root: PathBuf,
     pub lib_base: PathBuf,
     pub errors: Vec<Diagnostic>,
+    /// What loads but should be written otherwise (an old spelling).
+    pub warnings: Vec<Diagnostic>,
     /// Definitions loaded so far by `uses` name; `None` for one that failed (reported once).
     pub defs: BTreeMap<String, Option<LoadedDef>>,
 }
@@ -55,6 +57,7 @@ impl Loader {
             root,
             lib_base,
             errors: Vec::new(),
+            warnings: Vec::new(),
             defs: BTreeMap::new(),
         }
     }
@@ -156,6 +159,7 @@ impl Loader {
             params,
             resources: pools.units,
             host_pools: pools.host,
+            warnings: self.warnings,
             envs,
             stages,
         })
@@ -167,11 +171,18 @@ impl Loader {
             host: BTreeSet::new(),
         };
         for (k, v) in spec {
-            match crate::pool_spec::parse(v.get_ref()) {
-                Ok(pool) => {
+            match crate::pool_spec::parse(v.get_ref(), crate::pool_spec::Place::Resources) {
+                Ok(parsed) => {
+                    let pool = parsed.spec;
                     pools.units.insert(k.clone(), pool.units);
-                    if pool.scope == crate::pool_spec::Scope::Host {
+                    if pool.scope == crate::pool_spec::Scope::Shared {
                         pools.host.insert(k.clone());
+                    }
+                    if let Some(w) = parsed.warning {
+                        let d = self
+                            .src
+                            .error(Some(v.span()), format!("resource pool `{k}`: {w}"));
+                        self.warnings.push(d);
                     }
                 }
                 Err(why) => self.err(v.span(), format!("resource pool `{k}`: {why}")),

@@ -57,6 +57,8 @@ pub struct Pipeline {
     pub envs: BTreeMap<String, EnvDef>,
     /// In file order.
     pub stages: Vec<Stage>,
+    /// What loads but should be written otherwise (an old spelling), for the CLI to print.
+    pub warnings: Vec<Diagnostic>,
 }
 
 #[derive(Debug, Clone)]

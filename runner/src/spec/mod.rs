@@ -43,8 +43,8 @@ pub struct PipelineSpec {
     #[schemars(with = "BTreeMap<String, AnyValue>")]
     pub params: BTreeMap<String, Spanned<toml::Value>>,
     /// Named pools of units that stages hold while they run: a pool's size (`gpu = 1`, held
-    /// within one run) or `{ units = N, scope = "run" | "host" }` (`host`: shared by every
-    /// heddle process on the machine).
+    /// within one run) or `{ units = N, scope = "run" | "machine" }` (`machine`: shared by
+    /// every heddle process on the machine; `"host"` is its old spelling, warned about).
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, PoolValue>")]
     pub resources: BTreeMap<String, Spanned<toml::Value>>,

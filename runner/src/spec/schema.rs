@@ -206,8 +206,8 @@ schema_impl!(inline PoolValue, "Pool", json_schema!({
             "properties": {
                 "units": { "type": "integer", "minimum": 1, "description": "how many units the pool holds" },
                 "scope": {
-                    "enum": ["run", "host"],
-                    "description": "`run` (default): within one run; `host`: shared by every heddle process on the machine"
+                    "enum": ["run", "machine", "host"],
+                    "description": "`run` (default): within one run; `machine`: shared by every heddle process on the machine; `host`: the old spelling of `machine` (warned about)"
                 }
             },
             "required": ["units"],
