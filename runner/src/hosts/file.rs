@@ -440,14 +440,14 @@ transfer = "archive"
     }
 
     #[test]
-    fn a_scope_other_than_run_or_host_points_at_the_pool() {
+    fn a_scope_other_than_run_or_engine_points_at_the_pool() {
         let e = parse(
             "[hosts.devbox]\ndocker = \"tcp://devbox:2375\"\npools = { hailo = { units = 1, scope = \"planet\" } }\n",
         )
         .unwrap_err();
         assert_eq!(
             e,
-            "error: host `devbox`: pool `hailo`: `scope` is \"run\" or \"host\"\n  --> hosts.toml:3:19\n  |\n3 | pools = { hailo = { units = 1, scope = \"planet\" } }\n  |                   ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^"
+            "error: host `devbox`: pool `hailo`: `scope` is \"run\" or \"engine\"\n  --> hosts.toml:3:19\n  |\n3 | pools = { hailo = { units = 1, scope = \"planet\" } }\n  |                   ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^"
         );
     }
 
