@@ -55,10 +55,12 @@ pub fn driver(
     };
     // The driver speaks to SLURM through its client commands; without them every instance
     // would fail one by one.
-    let client = std::process::Command::new("sbatch")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let slurm = cluster.kind == heddle_runner::hosts::ClusterKind::Slurm;
+    let client = !slurm
+        || std::process::Command::new("sbatch")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
     if !client {
         return Err(Error::Usage(format!(
             "--cluster {name}: `sbatch` does not run here; heddle submits through SLURM's client \

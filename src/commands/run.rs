@@ -95,6 +95,13 @@ pub async fn run(s: &Session, a: &RunArgs) -> Result<i32, Error> {
     };
     let rec = session::execute(plan.clone(), store, None, opts, a.progress).await?;
     if let Some(c) = &cluster {
+        // Each job was cancelled by id already; the sweep catches what a lost reply or a
+        // job submitted as the run stopped left behind.
+        if rec.status != RunStatus::Completed {
+            if let Err(e) = c.sweep().await {
+                eprintln!("warning: cluster {}: {e}", c.cluster.name);
+            }
+        }
         eprintln!("{}", c.summary());
     }
     let saved = record::save(&plan.pipeline.root, &rec);

@@ -42,7 +42,7 @@ pub fn job_name(key: &str) -> String {
 }
 
 /// A label value: at most 63 characters of `[A-Za-z0-9._-]`, starting and ending alphanumeric.
-fn label_value(text: &str) -> String {
+pub fn label_value(text: &str) -> String {
     let mut v: String = text
         .chars()
         .map(|c| {
