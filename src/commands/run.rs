@@ -74,14 +74,16 @@ pub async fn run(s: &Session, a: &RunArgs) -> Result<i32, Error> {
         .open_remote(&plan.pipeline.root, store.clone())?
         .map(crate::remote_cache::gate);
     let run_id = record::new_run_id();
-    let cluster = match &a.cluster {
-        Some(name) => Some(super::cluster::driver(
-            s,
-            &plan,
-            name,
-            store.clone(),
-            &run_id,
-        )?),
+    let cluster = match super::cluster::chosen(a.cluster.as_deref(), &plan) {
+        Some((name, origin)) => {
+            let driver =
+                super::cluster::driver(s, &plan, (&name, &origin), store.clone(), &run_id)?;
+            driver
+                .ready()
+                .await
+                .map_err(|e| Error::Usage(format!("{origin}: {e}")))?;
+            Some(driver)
+        }
         None => None,
     };
     let opts = RunOptions {

@@ -135,6 +135,11 @@ impl Driver {
         )
     }
 
+    /// Whether the engine can be reached at all, before the first job ([`Engine::ready`]).
+    pub async fn ready(&self) -> Result<(), EngineError> {
+        self.poller.ready().await
+    }
+
     /// The run is over and did not complete: remove whatever of it the engine still holds
     /// (Kubernetes: the Jobs labelled with the run; SLURM: nothing, cancels went by id).
     pub async fn sweep(&self) -> Result<(), EngineError> {

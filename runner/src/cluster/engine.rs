@@ -12,6 +12,10 @@ use futures_util::future::BoxFuture;
 
 /// A batch engine as the poller uses it. Ids are the engine's (`1234`, `1234_5`, a Job name).
 pub trait Engine: Send + Sync {
+    /// What can be checked before the first job (a client's configuration): a run that
+    /// cannot reach the engine stops here, not at every instance's submission.
+    fn ready(&self) -> BoxFuture<'_, Result<(), EngineError>>;
+
     /// What makes submissions one job array but for their action; `None` when the engine
     /// has no arrays (each submission is then its own job).
     fn array_shape(&self, s: &Submission) -> Option<Vec<String>>;
@@ -117,7 +121,7 @@ pub enum EngineError {
     },
     /// A Kubernetes API request failed; `message` holds kube's error and its causes (kept as
     /// text: one error reaches every instance of an array, so it must be `Clone`).
-    #[error("failed to {op} (Kubernetes API): {message}")]
+    #[error("failed to {op}: {message}")]
     Api { op: String, message: String },
 }
 

@@ -33,6 +33,8 @@ use crate::hosts::KubeCluster;
 /// Every Job heddle creates carries it; the list and the watch select by it.
 const MANAGED: &str = "app.kubernetes.io/managed-by=heddle";
 
+const CONFIG: &str = "load a Kubernetes config (KUBECONFIG, ~/.kube/config, or in a pod)";
+
 /// How long a failed list or watch waits before the next try.
 const RETRY_AFTER: Duration = Duration::from_secs(2);
 
@@ -104,11 +106,11 @@ impl Kubernetes {
                         };
                         kube::Config::from_kubeconfig(&options)
                             .await
-                            .map_err(|e| api_error("load the kubeconfig", &e))?
+                            .map_err(|e| api_error(CONFIG, &e))?
                     }
                     None => kube::Config::infer()
                         .await
-                        .map_err(|e| api_error("find a kubeconfig", &e))?,
+                        .map_err(|e| api_error(CONFIG, &e))?,
                 };
                 Client::try_from(config).map_err(|e| api_error("make a Kubernetes client", &e))
             })
@@ -184,6 +186,11 @@ impl Kubernetes {
 }
 
 impl Engine for Kubernetes {
+    /// The kubeconfig (or in-cluster account) loads; no request is made.
+    fn ready(&self) -> BoxFuture<'_, Result<(), EngineError>> {
+        Box::pin(async move { self.api().await.map(|_| ()) })
+    }
+
     /// Each instance is its own Job: Kubernetes has no job arrays (Indexed Jobs run one pod
     /// template, and heddle's instances differ in their action).
     fn array_shape(&self, _s: &Submission) -> Option<Vec<String>> {

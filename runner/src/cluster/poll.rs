@@ -316,6 +316,11 @@ impl Poller {
         Ok(self.track(id, &s.name, adopted, state))
     }
 
+    /// [`Engine::ready`].
+    pub async fn ready(&self) -> Result<(), EngineError> {
+        self.engine.ready().await
+    }
+
     /// Remove what is left of the run ([`Engine::sweep`]); the run is over.
     pub async fn sweep(&self) -> Result<(), EngineError> {
         self.engine.sweep().await

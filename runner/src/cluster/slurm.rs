@@ -23,6 +23,11 @@ pub struct Slurm {
 }
 
 impl Engine for Slurm {
+    /// `heddle run` checks that `sbatch` runs before it builds the driver.
+    fn ready(&self) -> BoxFuture<'_, Result<(), EngineError>> {
+        Box::pin(async { Ok(()) })
+    }
+
     fn array_shape(&self, s: &Submission) -> Option<Vec<String>> {
         let mut shape = sbatch_args(&self.cluster, s);
         shape.retain(|a| !a.starts_with("--job-name=") && !a.starts_with("--comment="));

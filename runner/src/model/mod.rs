@@ -57,6 +57,16 @@ pub struct Pipeline {
     pub envs: BTreeMap<String, EnvDef>,
     /// In file order.
     pub stages: Vec<Stage>,
+    /// `[pipeline] cluster = "NAME"`: the cluster a run uses without `--cluster`.
+    pub cluster: Option<ClusterChoice>,
+}
+
+/// A cluster the pipeline file names, and where (for "no such cluster" errors).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterChoice {
+    pub name: String,
+    /// `file:line:col` of the value.
+    pub at: String,
 }
 
 #[derive(Debug, Clone)]
