@@ -1,14 +1,17 @@
-//! Kubernetes Jobs, as pure functions only: an instance as a `batch/v1` Job manifest, and a
-//! Job's status as the driver's [`JobState`]. NOT BUILT: the client (create, 409 on resubmit,
-//! watch, 410 then relist, delete on cancel), `--cluster` with `kind = "kubernetes"`, and any
-//! test against an API server. No API server can run on the machines this was written on, so
-//! this has never met a real cluster; the mapping is checked against golden files
-//! (tests/fixtures/cluster/k8s-*.json) written from the Kubernetes API reference.
+//! Kubernetes Jobs, the pure half: an instance as a `batch/v1` Job manifest, and a Job's
+//! status as the driver's [`JobState`]. The requests (create, 409 on resubmit, list then
+//! watch, 410 then relist, delete on cancel, sweep by the run's label) are
+//! [`super::kube_api`]; `kind = "kubernetes"` in `hosts.toml` selects them. No API server can
+//! run on the machines this was written on, so none of it has met a real cluster: the mapping
+//! is checked against golden files (tests/fixtures/cluster/k8s-*.json) written from the
+//! Kubernetes API reference, the requests against kube's mock service, and
+//! tests/cluster_k8s.rs runs against a real cluster only where a kubeconfig is.
 //!
 //! The worker protocol is the same as SLURM's: the pod runs `heddle worker` against the
 //! shared cache, the Job's name comes from the key (a resubmission gets 409 and finds it), the
-//! cache entry decides the outcome. One difference: the pod *is* the stage's container, so the
-//! image must hold `heddle` and the worker runs the command as a host stage inside it.
+//! cache entry decides the outcome. One difference: the pod runs the cluster's `image` (which
+//! holds `heddle`), so only host stages run there; a stage with its own image is refused
+//! before submission, since running it would need a container engine inside the pod.
 
 use std::collections::BTreeMap;
 
