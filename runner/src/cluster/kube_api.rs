@@ -38,10 +38,11 @@ const CONFIG: &str = "load a Kubernetes config (KUBECONFIG, ~/.kube/config, or i
 /// How long a failed list or watch waits before the next try.
 const RETRY_AFTER: Duration = Duration::from_secs(2);
 
-/// What the list and the watch said, by Job name.
+/// What the list and the watch said, by Job name: the Job's uid (a name is reused when an
+/// ended Job is replaced; an event about the old one must not touch the new) and its state.
 #[derive(Default)]
 struct Seen {
-    jobs: HashMap<String, JobState>,
+    jobs: HashMap<String, (String, JobState)>,
     /// Why the last list failed, while it has not succeeded since.
     error: Option<String>,
 }
@@ -141,13 +142,29 @@ impl Kubernetes {
                 message: e.to_string(),
             }
         })?;
-        let submitted = |adopted, state| Submitted {
-            id: name.clone(),
-            adopted,
-            state,
+        // What the watch will say, said now: a Job the watch has not shown yet would read as
+        // vanished at the next tick but one.
+        let submitted = |job: &Job, adopted, state: JobState| {
+            let seen_as = match &state {
+                JobState::Submitted => JobState::Pending {
+                    reason: "not yet scheduled".into(),
+                },
+                other => other.clone(),
+            };
+            let uid = uid_of(job);
+            let mut seen = self.seen.lock().expect("seen");
+            // The watch may have told of this very Job already, and more recently.
+            if seen.jobs.get(&name).is_none_or(|(known, _)| *known != uid) {
+                seen.jobs.insert(name.clone(), (uid, seen_as));
+            }
+            Submitted {
+                id: name.clone(),
+                adopted,
+                state,
+            }
         };
         match api.create(&PostParams::default(), &job).await {
-            Ok(_) => return Ok(submitted(false, JobState::Submitted)),
+            Ok(created) => return Ok(submitted(&created, false, JobState::Submitted)),
             Err(kube::Error::Api(status)) if status.code == 409 => {}
             Err(e) => return Err(api_error(&format!("create Job {name}"), &e)),
         }
@@ -157,12 +174,12 @@ impl Kubernetes {
             .map_err(|e| api_error(&format!("read Job {name}"), &e))?;
         let state = status_of(&existing);
         if state.is_live() {
-            return Ok(submitted(true, state));
+            return Ok(submitted(&existing, true, state));
         }
         // Ended without an entry the driver could use: an earlier attempt's, in the way.
         delete(api, &name).await?;
         match api.create(&PostParams::default(), &job).await {
-            Ok(_) => Ok(submitted(false, JobState::Submitted)),
+            Ok(created) => Ok(submitted(&created, false, JobState::Submitted)),
             Err(kube::Error::Api(status)) if status.code == 409 => Err(EngineError::Api {
                 op: format!("create Job {name}"),
                 message: "an ended Job of that name is still being deleted".into(),
@@ -230,7 +247,7 @@ impl Engine for Kubernetes {
             Ok(names
                 .iter()
                 .filter_map(|n| {
-                    seen.jobs.get(n).map(|state| JobRow {
+                    seen.jobs.get(n).map(|(_, state)| JobRow {
                         id: n.clone(),
                         name: n.clone(),
                         state: state.clone(),
@@ -283,7 +300,7 @@ async fn relist(api: &Api<Job>, seen: &Mutex<Seen>) -> Result<String, EngineErro
             s.jobs = list
                 .items
                 .iter()
-                .filter_map(|j| Some((j.metadata.name.clone()?, status_of(j))))
+                .filter_map(|j| Some((j.metadata.name.clone()?, (uid_of(j), status_of(j)))))
                 .collect();
             Ok(list.metadata.resource_version.unwrap_or_default())
         }
@@ -317,16 +334,21 @@ async fn watch_loop(api: Api<Job>, seen: Arc<Mutex<Seen>>, mut version: String) 
                 WatchEvent::Added(job) | WatchEvent::Modified(job) => {
                     version = job.metadata.resource_version.clone().unwrap_or(version);
                     if let Some(name) = job.metadata.name.clone() {
-                        seen.lock()
-                            .expect("seen")
-                            .jobs
-                            .insert(name, status_of(&job));
+                        let entry = (uid_of(&job), status_of(&job));
+                        seen.lock().expect("seen").jobs.insert(name, entry);
                     }
                 }
                 WatchEvent::Deleted(job) => {
                     version = job.metadata.resource_version.clone().unwrap_or(version);
                     if let Some(name) = &job.metadata.name {
-                        seen.lock().expect("seen").jobs.remove(name);
+                        let mut seen = seen.lock().expect("seen");
+                        if seen
+                            .jobs
+                            .get(name)
+                            .is_some_and(|(uid, _)| *uid == uid_of(&job))
+                        {
+                            seen.jobs.remove(name);
+                        }
                     }
                 }
                 WatchEvent::Bookmark(b) => version = b.metadata.resource_version,
@@ -351,6 +373,10 @@ async fn relist_until_it_answers(api: &Api<Job>, seen: &Mutex<Seen>) -> String {
             Err(_) => tokio::time::sleep(RETRY_AFTER).await,
         }
     }
+}
+
+fn uid_of(job: &Job) -> String {
+    job.metadata.uid.clone().unwrap_or_default()
 }
 
 fn status_of(job: &Job) -> JobState {
