@@ -623,6 +623,52 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_watch_telling_of_a_replaced_job_s_deletion_leaves_its_successor_alone() {
+        let (k, mut server) = engine();
+        let with_uid = |uid: &str, version: &str, status: Value| {
+            let mut j = job(version, status);
+            j["metadata"]["uid"] = json!(uid);
+            j
+        };
+        let names = vec![NAME.to_string()];
+        let list = bytes(json!({
+            "apiVersion": "batch/v1", "kind": "JobList",
+            "metadata": { "resourceVersion": "10" },
+            "items": [with_uid("old", "10", failed())],
+        }));
+        let (rows, _) = tokio::join!(k.query(&names), async {
+            serve(&mut server, "GET", &list_uri(), 200, list).await
+        });
+        assert_eq!(rows.unwrap().len(), 1);
+        let (watch, watch_reply) = server.next_request().await.unwrap();
+        assert_eq!(watch.uri().to_string(), watch_uri("10"));
+
+        let s = submission();
+        let (got, ()) = tokio::join!(k.submit(&s), async {
+            let exists = bytes(status(409, "AlreadyExists", "already exists"));
+            serve(&mut server, "POST", &format!("{JOBS}?"), 409, exists).await;
+            let old = bytes(with_uid("old", "10", failed()));
+            serve(&mut server, "GET", &format!("{JOBS}/{NAME}"), 200, old).await;
+            let uri = format!("{JOBS}/{NAME}?");
+            let deleted = bytes(with_uid("old", "11", failed()));
+            serve(&mut server, "DELETE", &uri, 200, deleted).await;
+            let created = bytes(with_uid("new", "12", Value::Null));
+            serve(&mut server, "POST", &format!("{JOBS}?"), 201, created).await;
+        });
+        assert!(!got.unwrap().adopted);
+        let pending = JobState::Pending {
+            reason: "not yet scheduled".into(),
+        };
+        assert_eq!(k.query(&names).await.unwrap()[0].state, pending);
+
+        let old_gone = events(&[("DELETED", with_uid("old", "11", failed()))]);
+        watch_reply.send_response(Response::new(Body::from(old_gone)));
+        let (req, _reply) = server.next_request().await.unwrap();
+        assert_eq!(req.uri().to_string(), watch_uri("11"));
+        assert_eq!(k.query(&names).await.unwrap()[0].state, pending);
+    }
+
+    #[tokio::test]
     async fn cancel_deletes_each_job_in_the_background_and_sweep_deletes_the_run() {
         let (k, mut server) = engine();
         let ids = vec![NAME.to_string(), "heddle-gone".to_string()];
