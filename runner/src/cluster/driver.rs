@@ -392,7 +392,7 @@ impl ClusterExecutor {
     async fn bring_back(&self, req: &ExecRequest, id: &str, ended: &JobState) -> Back {
         let drv = &self.driver;
         let key = self.job.key;
-        let tag = format!("slurm:{}:{id}", drv.cluster.name);
+        let tag = drv.poller.outcome_tag(id);
         let okey = d::outcome_key(&key, &tag);
         let unreachable = |e: crate::shared_cache::SharedCacheError| {
             Back::Infra(format!(

@@ -20,6 +20,9 @@ pub trait Engine: Send + Sync {
     /// has no arrays (each submission is then its own job).
     fn array_shape(&self, s: &Submission) -> Option<Vec<String>>;
 
+    /// The tag job `id`'s worker stores its outcome under (`--tag`), so the driver finds it.
+    fn outcome_tag(&self, id: &str) -> String;
+
     /// Submit one job; an existing job of the same name may be adopted instead.
     fn submit<'a>(&'a self, s: &'a Submission) -> BoxFuture<'a, Result<Submitted, EngineError>>;
 

@@ -27,7 +27,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchPara
 use kube::Client;
 
 use super::engine::{Engine, EngineError, JobRow, JobState, Submission, Submitted};
-use super::kubernetes::{job_manifest, job_name, job_state, label_value, PodJob};
+use super::kubernetes::{job_manifest, job_name, job_state, label_value, outcome_tag, PodJob};
 use crate::hosts::KubeCluster;
 
 /// Every Job heddle creates carries it; the list and the watch select by it.
@@ -55,6 +55,9 @@ pub struct Kubernetes {
     remote: String,
     client: tokio::sync::OnceCell<Client>,
     seen: Arc<Mutex<Seen>>,
+    /// The uid of the Job this run submitted or adopted under each name: it names the
+    /// attempt in the worker's outcome tag.
+    uids: Mutex<HashMap<String, String>>,
     watcher: tokio::sync::OnceCell<WatchTask>,
 }
 
@@ -78,6 +81,7 @@ impl Kubernetes {
             remote: remote.to_string(),
             client: tokio::sync::OnceCell::new(),
             seen: Arc::default(),
+            uids: Mutex::default(),
             watcher: tokio::sync::OnceCell::new(),
         }
     }
@@ -152,6 +156,10 @@ impl Kubernetes {
                 other => other.clone(),
             };
             let uid = uid_of(job);
+            self.uids
+                .lock()
+                .expect("uids")
+                .insert(name.clone(), uid.clone());
             let mut seen = self.seen.lock().expect("seen");
             // The watch may have told of this very Job already, and more recently.
             if seen.jobs.get(&name).is_none_or(|(known, _)| *known != uid) {
@@ -212,6 +220,11 @@ impl Engine for Kubernetes {
     /// template, and heddle's instances differ in their action).
     fn array_shape(&self, _s: &Submission) -> Option<Vec<String>> {
         None
+    }
+
+    fn outcome_tag(&self, id: &str) -> String {
+        let uids = self.uids.lock().expect("uids");
+        outcome_tag(&self.cluster, id, uids.get(id).map_or("", String::as_str))
     }
 
     fn submit<'a>(&'a self, s: &'a Submission) -> BoxFuture<'a, Result<Submitted, EngineError>> {
@@ -656,6 +669,8 @@ mod tests {
             serve(&mut server, "POST", &format!("{JOBS}?"), 201, created).await;
         });
         assert!(!got.unwrap().adopted);
+        // The worker of the new Job stores its outcome under a tag of its own.
+        assert_eq!(k.outcome_tag(NAME), format!("kubernetes:k8s:{NAME}:new"));
         let pending = JobState::Pending {
             reason: "not yet scheduled".into(),
         };

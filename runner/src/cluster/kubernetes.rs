@@ -44,6 +44,12 @@ pub fn job_name(key: &str) -> String {
     format!("heddle-{}", &key[..40.min(key.len())])
 }
 
+/// What the worker of Job `name` (uid `uid`) on `cluster` stores its outcome under, and the
+/// driver reads it back by ([`super::description::outcome_key`]).
+pub fn outcome_tag(cluster: &str, name: &str, uid: &str) -> String {
+    format!("kubernetes:{cluster}:{name}:{uid}")
+}
+
 /// A label value: at most 63 characters of `[A-Za-z0-9._-]`, starting and ending alphanumeric.
 pub fn label_value(text: &str) -> String {
     let mut v: String = text
@@ -96,11 +102,15 @@ pub fn job_manifest(j: &PodJob) -> Value {
                     "command": [
                         "heddle", "--cache-dir", "/heddle-cache", "--remote-cache", j.remote,
                         "worker", "--action", j.key,
-                        "--tag", format!("k8s:{}:$(HEDDLE_POD)", j.cluster),
+                        "--tag", outcome_tag(&j.cluster, &name, "$(HEDDLE_JOB_UID)"),
                     ],
+                    // The Job's uid, which the Job controller puts on its pod: a Job replaced
+                    // under the same name is another attempt, with an outcome of its own.
                     "env": [{
-                        "name": "HEDDLE_POD",
-                        "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } },
+                        "name": "HEDDLE_JOB_UID",
+                        "valueFrom": { "fieldRef": {
+                            "fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']",
+                        } },
                     }],
                     "resources": { "limits": limits },
                     "volumeMounts": [{ "name": "heddle-cache", "mountPath": "/heddle-cache" }],

@@ -316,6 +316,11 @@ impl Poller {
         Ok(self.track(id, &s.name, adopted, state))
     }
 
+    /// [`Engine::outcome_tag`].
+    pub fn outcome_tag(&self, id: &str) -> String {
+        self.engine.outcome_tag(id)
+    }
+
     /// [`Engine::ready`].
     pub async fn ready(&self) -> Result<(), EngineError> {
         self.engine.ready().await

@@ -34,6 +34,11 @@ impl Engine for Slurm {
         Some(shape)
     }
 
+    /// As [`script`] and [`array_script`] write it (array tasks are `ID_i`).
+    fn outcome_tag(&self, id: &str) -> String {
+        format!("slurm:{}:{id}", self.cluster.name)
+    }
+
     fn submit<'a>(&'a self, s: &'a Submission) -> BoxFuture<'a, Result<Submitted, EngineError>> {
         Box::pin(async move {
             let args = sbatch_args(&self.cluster, s);
