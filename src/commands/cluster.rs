@@ -11,12 +11,26 @@ use heddle_runner::plan::Plan;
 use crate::error::Error;
 use crate::session::{load_hosts, Session};
 
+/// The cluster a run uses: `--cluster NAME`, else the pipeline's `[pipeline] cluster`; with
+/// what names it in errors (`--cluster NAME`, or `cluster = "NAME" (FILE:LINE:COL)`).
+pub fn chosen(flag: Option<&str>, plan: &Plan) -> Option<(String, String)> {
+    match (flag, &plan.pipeline.cluster) {
+        (Some(name), _) => Some((name.to_string(), format!("--cluster {name}"))),
+        (None, Some(c)) => Some((
+            c.name.clone(),
+            format!("cluster = \"{}\" ({})", c.name, c.at),
+        )),
+        (None, None) => None,
+    }
+}
+
 /// The run's cluster driver, or why there can be none: an unknown cluster, or no shared cache
-/// to carry inputs and results (exit 2, saying how to set one).
+/// to carry inputs and results (exit 2, saying how to set one). `origin` says what chose the
+/// cluster ([`chosen`]).
 pub fn driver(
     s: &Session,
     plan: &Plan,
-    name: &str,
+    (name, origin): (&str, &str),
     store: Arc<heddle_cache::Store>,
     run_id: &str,
 ) -> Result<Arc<Driver>, Error> {
@@ -25,7 +39,7 @@ pub fn driver(
     let Some(cluster) = hosts.clusters.get(name).cloned() else {
         let known: Vec<&str> = hosts.clusters.keys().map(String::as_str).collect();
         return Err(Error::Usage(format!(
-            "--cluster {name}: no [clusters.{name}] in hosts.toml ({})",
+            "{origin}: no [clusters.{name}] in hosts.toml ({})",
             if known.is_empty() {
                 "no cluster is configured; see docs/scale-out.md".to_string()
             } else {
@@ -35,7 +49,7 @@ pub fn driver(
     };
     let no_cache = || {
         Error::Usage(format!(
-            "--cluster {name} needs a shared cache the nodes can reach, to carry inputs and \
+            "{origin} needs a shared cache the nodes can reach, to carry inputs and \
              results: set HEDDLE_REMOTE_CACHE (or --remote-cache, or [cache] remote in \
              .heddle/config.toml) to s3://BUCKET/PREFIX, webdav+https://HOST/PATH, \
              grpc://HOST:PORT or file:///SHARED/DIR"
@@ -46,7 +60,7 @@ pub fn driver(
     };
     if !writable {
         return Err(Error::Usage(format!(
-            "--cluster {name}: the shared cache {url} is read-only (--remote-cache-mode read); \
+            "{origin}: the shared cache {url} is read-only (--remote-cache-mode read); \
              the driver must upload each action's inputs"
         )));
     }
@@ -55,13 +69,15 @@ pub fn driver(
     };
     // The driver speaks to SLURM through its client commands; without them every instance
     // would fail one by one.
-    let client = std::process::Command::new("sbatch")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let slurm = cluster.kind == heddle_runner::hosts::ClusterKind::Slurm;
+    let client = !slurm
+        || std::process::Command::new("sbatch")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
     if !client {
         return Err(Error::Usage(format!(
-            "--cluster {name}: `sbatch` does not run here; heddle submits through SLURM's client \
+            "{origin}: `sbatch` does not run here; heddle submits through SLURM's client \
              commands (sbatch, squeue, scancel), so run it where they are (a login node) or \
              install them (Debian: slurm-client)"
         )));

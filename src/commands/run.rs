@@ -76,14 +76,16 @@ pub async fn run(s: &Session, a: &RunArgs) -> Result<i32, Error> {
         .open_remote(&plan.pipeline.root, store.clone())?
         .map(crate::remote_cache::gate);
     let run_id = record::new_run_id();
-    let cluster = match &a.cluster {
-        Some(name) => Some(super::cluster::driver(
-            s,
-            &plan,
-            name,
-            store.clone(),
-            &run_id,
-        )?),
+    let cluster = match super::cluster::chosen(a.cluster.as_deref(), &plan) {
+        Some((name, origin)) => {
+            let driver =
+                super::cluster::driver(s, &plan, (&name, &origin), store.clone(), &run_id)?;
+            driver
+                .ready()
+                .await
+                .map_err(|e| Error::Usage(format!("{origin}: {e}")))?;
+            Some(driver)
+        }
         None => None,
     };
     let opts = RunOptions {
@@ -97,6 +99,13 @@ pub async fn run(s: &Session, a: &RunArgs) -> Result<i32, Error> {
     };
     let rec = session::execute(plan.clone(), store, None, opts, a.progress).await?;
     if let Some(c) = &cluster {
+        // Each job was cancelled by id already; the sweep catches what a lost reply or a
+        // job submitted as the run stopped left behind.
+        if rec.status != RunStatus::Completed {
+            if let Err(e) = c.sweep().await {
+                eprintln!("warning: cluster {}: {e}", c.cluster.name);
+            }
+        }
         eprintln!("{}", c.summary());
     }
     let saved = record::save(&plan.pipeline.root, &rec);

@@ -20,12 +20,14 @@ use serde_json::json;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::description::{self as d, ContainerDesc, Description, EntryDesc, GpusDesc, Outcome};
-use super::engine::{JobState, Submission};
+use super::engine::{Engine, EngineError, JobState, Submission};
+use super::kube_api::Kubernetes;
 use super::poll::Poller;
+use super::slurm::Slurm;
 use crate::exec::{
     base_env, Cancel, ContainerRequest, ExecError, ExecOutcome, ExecRequest, Executor,
 };
-use crate::hosts::Cluster;
+use crate::hosts::{Cluster, ClusterKind};
 use crate::record::JobRecord;
 use crate::render::PathLayout;
 use crate::shared_cache::SharedCache;
@@ -94,8 +96,19 @@ impl Driver {
             shell_words::quote(&heddle),
             shell_words::quote(remote_url)
         );
+        let engine: Arc<dyn Engine> = match &cluster.kind {
+            ClusterKind::Slurm => Arc::new(Slurm {
+                cluster: cluster.clone(),
+            }),
+            ClusterKind::Kubernetes(k) => Arc::new(Kubernetes::new(
+                k.clone(),
+                &cluster.name,
+                run_id,
+                remote_url,
+            )),
+        };
         Driver {
-            poller: Poller::new(cluster.clone(), warn.clone()),
+            poller: Poller::new(cluster.clone(), engine, warn.clone()),
             tell: warn,
             cluster,
             shared,
@@ -120,6 +133,17 @@ impl Driver {
             },
             placed,
         )
+    }
+
+    /// Whether the engine can be reached at all, before the first job ([`Engine::ready`]).
+    pub async fn ready(&self) -> Result<(), EngineError> {
+        self.poller.ready().await
+    }
+
+    /// The run is over and did not complete: remove whatever of it the engine still holds
+    /// (Kubernetes: the Jobs labelled with the run; SLURM: nothing, cancels went by id).
+    pub async fn sweep(&self) -> Result<(), EngineError> {
+        self.poller.sweep().await
     }
 
     /// One line for the run's summary: what the driver asked of the engine.
@@ -185,6 +209,15 @@ impl ClusterExecutor {
         cancel: Cancel,
     ) -> Result<ExecOutcome, ExecError> {
         let drv = &self.driver;
+        if self.job.container && matches!(drv.cluster.kind, ClusterKind::Kubernetes(_)) {
+            // The pod runs the cluster's `image`; a stage's own image would need the worker
+            // to run a container inside the pod, which is not built.
+            return Err(ExecError::Other(format!(
+                "cluster {} (kubernetes) runs host stages only, in its `image`; {} names a \
+                 container image",
+                drv.cluster.name, self.job.label
+            )));
+        }
         let desc = self.describe(&req);
         let mut submissions = 0u32;
         loop {
@@ -193,6 +226,7 @@ impl ClusterExecutor {
             let submission = Submission {
                 name: job_name(&self.job.key),
                 comment: format!("run {} {}", drv.run_id, self.job.label),
+                label: self.job.label.clone(),
                 resources: self.job.resources.clone(),
                 timeout: req.timeout,
                 worker: drv.worker_prefix.clone(),
@@ -358,7 +392,7 @@ impl ClusterExecutor {
     async fn bring_back(&self, req: &ExecRequest, id: &str, ended: &JobState) -> Back {
         let drv = &self.driver;
         let key = self.job.key;
-        let tag = format!("slurm:{}:{id}", drv.cluster.name);
+        let tag = drv.poller.outcome_tag(id);
         let okey = d::outcome_key(&key, &tag);
         let unreachable = |e: crate::shared_cache::SharedCacheError| {
             Back::Infra(format!(

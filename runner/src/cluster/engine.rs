@@ -1,8 +1,58 @@
-//! What the driver needs of a batch engine, whatever it is: submit one job, list the run's
-//! jobs, cancel some. SLURM's commands implement it ([`super::slurm`]).
+//! What the driver needs of a batch engine, whatever it is ([`Engine`]): submit one job (or an
+//! array of like jobs, where the engine has arrays), ONE status query for every job of the run,
+//! cancel some, sweep the run's leftovers. SLURM's commands implement it ([`super::slurm`]),
+//! and so do Kubernetes Jobs through the API server ([`super::kubernetes`]). The poller
+//! ([`super::poll`]) talks to nothing else, so "one query per tick" and heddle-owned retries
+//! hold for every engine.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+
+/// A batch engine as the poller uses it. Ids are the engine's (`1234`, `1234_5`, a Job name).
+pub trait Engine: Send + Sync {
+    /// What can be checked before the first job (a client's configuration): a run that
+    /// cannot reach the engine stops here, not at every instance's submission.
+    fn ready(&self) -> BoxFuture<'_, Result<(), EngineError>>;
+
+    /// What makes submissions one job array but for their action; `None` when the engine
+    /// has no arrays (each submission is then its own job).
+    fn array_shape(&self, s: &Submission) -> Option<Vec<String>>;
+
+    /// The tag job `id`'s worker stores its outcome under (`--tag`), so the driver finds it.
+    fn outcome_tag(&self, id: &str) -> String;
+
+    /// Submit one job; an existing job of the same name may be adopted instead.
+    fn submit<'a>(&'a self, s: &'a Submission) -> BoxFuture<'a, Result<Submitted, EngineError>>;
+
+    /// Submit `subs` (of one [`Engine::array_shape`]) as one array named `name`; task `i` is
+    /// tracked as `ID_i`. Only called when `array_shape` gave `Some`.
+    fn submit_array<'a>(
+        &'a self,
+        subs: &'a [&'a Submission],
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<String, EngineError>>;
+
+    /// Every job named in `names`, ended ones too, from one query (or from what the engine
+    /// already watches): never one request per job.
+    fn query<'a>(&'a self, names: &'a [String]) -> BoxFuture<'a, Result<Vec<JobRow>, EngineError>>;
+
+    /// Cancel every job in `ids` at once.
+    fn cancel<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<(), EngineError>>;
+
+    /// Remove whatever of this run is left (by label or name); a no-op where cancel is enough.
+    fn sweep(&self) -> BoxFuture<'_, Result<(), EngineError>>;
+}
+
+/// What a submission became.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Submitted {
+    pub id: String,
+    /// A job of the same name existed (a resubmission) and is followed instead.
+    pub adopted: bool,
+    pub state: JobState,
+}
 
 /// One job to submit.
 #[derive(Debug, Clone)]
@@ -11,6 +61,8 @@ pub struct Submission {
     pub name: String,
     /// What a person reading the queue sees beside the name: the run and the instance.
     pub comment: String,
+    /// The instance's label (`stage[param=value]`).
+    pub label: String,
     /// Pool → units the stage asks for.
     pub resources: BTreeMap<String, u32>,
     pub timeout: Option<Duration>,
@@ -70,6 +122,10 @@ pub enum EngineError {
         program: &'static str,
         message: String,
     },
+    /// A Kubernetes API request failed; `message` holds kube's error and its causes (kept as
+    /// text: one error reaches every instance of an array, so it must be `Clone`).
+    #[error("failed to {op}: {message}")]
+    Api { op: String, message: String },
 }
 
 impl EngineError {

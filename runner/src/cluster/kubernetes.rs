@@ -1,14 +1,17 @@
-//! Kubernetes Jobs, as pure functions only: an instance as a `batch/v1` Job manifest, and a
-//! Job's status as the driver's [`JobState`]. NOT BUILT: the client (create, 409 on resubmit,
-//! watch, 410 then relist, delete on cancel), `--cluster` with `kind = "kubernetes"`, and any
-//! test against an API server. No API server can run on the machines this was written on, so
-//! this has never met a real cluster; the mapping is checked against golden files
-//! (tests/fixtures/cluster/k8s-*.json) written from the Kubernetes API reference.
+//! Kubernetes Jobs, the pure half: an instance as a `batch/v1` Job manifest, and a Job's
+//! status as the driver's [`JobState`]. The requests (create, 409 on resubmit, list then
+//! watch, 410 then relist, delete on cancel, sweep by the run's label) are
+//! [`super::kube_api`]; `kind = "kubernetes"` in `hosts.toml` selects them. No API server can
+//! run on the machines this was written on, so none of it has met a real cluster: the mapping
+//! is checked against golden files (tests/fixtures/cluster/k8s-*.json) written from the
+//! Kubernetes API reference, the requests against kube's mock service, and
+//! tests/cluster_k8s.rs runs against a real cluster only where a kubeconfig is.
 //!
 //! The worker protocol is the same as SLURM's: the pod runs `heddle worker` against the
 //! shared cache, the Job's name comes from the key (a resubmission gets 409 and finds it), the
-//! cache entry decides the outcome. One difference: the pod *is* the stage's container, so the
-//! image must hold `heddle` and the worker runs the command as a host stage inside it.
+//! cache entry decides the outcome. One difference: the pod runs the cluster's `image` (which
+//! holds `heddle`), so only host stages run there; a stage with its own image is refused
+//! before submission, since running it would need a container engine inside the pod.
 
 use std::collections::BTreeMap;
 
@@ -41,8 +44,14 @@ pub fn job_name(key: &str) -> String {
     format!("heddle-{}", &key[..40.min(key.len())])
 }
 
+/// What the worker of Job `name` (uid `uid`) on `cluster` stores its outcome under, and the
+/// driver reads it back by ([`super::description::outcome_key`]).
+pub fn outcome_tag(cluster: &str, name: &str, uid: &str) -> String {
+    format!("kubernetes:{cluster}:{name}:{uid}")
+}
+
 /// A label value: at most 63 characters of `[A-Za-z0-9._-]`, starting and ending alphanumeric.
-fn label_value(text: &str) -> String {
+pub fn label_value(text: &str) -> String {
     let mut v: String = text
         .chars()
         .map(|c| {
@@ -93,11 +102,15 @@ pub fn job_manifest(j: &PodJob) -> Value {
                     "command": [
                         "heddle", "--cache-dir", "/heddle-cache", "--remote-cache", j.remote,
                         "worker", "--action", j.key,
-                        "--tag", format!("k8s:{}:$(HEDDLE_POD)", j.cluster),
+                        "--tag", outcome_tag(&j.cluster, &name, "$(HEDDLE_JOB_UID)"),
                     ],
+                    // The Job's uid, which the Job controller puts on its pod: a Job replaced
+                    // under the same name is another attempt, with an outcome of its own.
                     "env": [{
-                        "name": "HEDDLE_POD",
-                        "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } },
+                        "name": "HEDDLE_JOB_UID",
+                        "valueFrom": { "fieldRef": {
+                            "fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']",
+                        } },
                     }],
                     "resources": { "limits": limits },
                     "volumeMounts": [{ "name": "heddle-cache", "mountPath": "/heddle-cache" }],

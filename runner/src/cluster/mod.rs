@@ -7,11 +7,13 @@
 //! description there ([`description`]) and submits a job that runs `heddle worker`
 //! ([`worker`]) on a node; the worker stores the result there, and the driver reads it back
 //! from there. One loop per run talks to the engine ([`poll`]): one status query per tick
-//! for every job. [`slurm`] is SLURM's commands; [`engine`] what any engine must offer.
+//! for every job. [`engine`] is what any engine must offer; [`slurm`] is SLURM's commands,
+//! [`kubernetes`] the Job manifest and [`kube_api`] the requests to a Kubernetes API server.
 
 pub mod description;
 pub mod driver;
 pub mod engine;
+pub mod kube_api;
 pub mod kubernetes;
 pub mod poll;
 pub mod slurm;

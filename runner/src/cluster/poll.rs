@@ -1,5 +1,5 @@
-//! One loop per run speaks to the engine: each tick it cancels what was asked to be cancelled
-//! (one `scancel`), lists every job of the run with ONE status query (polling per job is what
+//! One loop per run speaks to the engine ([`Engine`]): each tick it cancels what was asked to
+//! be cancelled (one call), lists every job of the run with ONE status query (polling per job is what
 //! floods controllers: Snakemake-Profiles/slurm#74, nextflow#2696), submits what waits to be
 //! submitted unless a live job of the same name exists already (then that job is adopted),
 //! and tells each waiting instance its job's state through a watch channel.
@@ -13,8 +13,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::{oneshot, watch};
 
-use super::engine::{EngineError, JobRow, JobState, Submission};
-use super::slurm;
+use super::engine::{Engine, EngineError, JobRow, JobState, Submission};
 use crate::hosts::Cluster;
 
 /// A job handed out by [`Poller::submit`]: its id, whether an existing job was adopted, and
@@ -53,6 +52,7 @@ pub struct Counts {
 
 pub struct Poller {
     cluster: Cluster,
+    engine: Arc<dyn Engine>,
     pending: Mutex<Pending>,
     jobs: Mutex<HashMap<String, Tracked>>,
     started: Mutex<bool>,
@@ -63,9 +63,14 @@ pub struct Poller {
 }
 
 impl Poller {
-    pub fn new(cluster: Cluster, warn: Arc<dyn Fn(String) + Send + Sync>) -> Arc<Poller> {
+    pub fn new(
+        cluster: Cluster,
+        engine: Arc<dyn Engine>,
+        warn: Arc<dyn Fn(String) + Send + Sync>,
+    ) -> Arc<Poller> {
         Arc::new(Poller {
             cluster,
+            engine,
             pending: Mutex::default(),
             jobs: Mutex::default(),
             started: Mutex::new(false),
@@ -122,7 +127,7 @@ impl Poller {
         let Pending { submits, cancels } = std::mem::take(&mut *self.pending.lock().expect("p"));
         if !cancels.is_empty() {
             self.counts.cancels.fetch_add(1, Ordering::Relaxed);
-            if let Err(e) = slurm::cancel(&cancels).await {
+            if let Err(e) = self.engine.cancel(&cancels).await {
                 (self.warn)(format!("warning: cluster {}: {e}", self.cluster.name));
             }
         }
@@ -138,7 +143,7 @@ impl Poller {
             return;
         }
         self.counts.queries.fetch_add(1, Ordering::Relaxed);
-        let rows = match slurm::query(&names).await {
+        let rows = match self.engine.query(&names).await {
             Ok(rows) => {
                 if self.failing.swap(false, Ordering::Relaxed) {
                     (self.warn)(format!("cluster {}: answering again", self.cluster.name));
@@ -182,9 +187,9 @@ impl Poller {
         }
     }
 
-    /// Submissions of one shape (the same `sbatch` arguments but for the name) become one
-    /// job array when there are two or more and none has a live job to adopt; the rest are
-    /// submitted one by one. A matrix whose instances become ready together is one array.
+    /// Submissions of one shape (for SLURM, the same `sbatch` arguments but for the name)
+    /// become one job array when there are two or more and none has a live job to adopt; the
+    /// rest are submitted one by one, and all of them where the engine has no arrays. A matrix whose instances become ready together is one array.
     #[allow(clippy::type_complexity)]
     fn shape_groups(
         &self,
@@ -201,8 +206,10 @@ impl Poller {
                 singles.push((s, r));
                 continue;
             }
-            let mut shape = slurm::sbatch_args(&self.cluster, &s);
-            shape.retain(|a| !a.starts_with("--job-name=") && !a.starts_with("--comment="));
+            let Some(shape) = self.engine.array_shape(&s) else {
+                singles.push((s, r));
+                continue;
+            };
             match shapes.iter_mut().find(|(k, _)| *k == shape) {
                 Some((_, group)) => group.push((s, r)),
                 None => shapes.push((shape, vec![(s, r)])),
@@ -219,7 +226,7 @@ impl Poller {
         (singles, arrays)
     }
 
-    /// One `sbatch --array` for `group`; task `i` is the `i`th submission, tracked as `ID_i`.
+    /// One array job for `group`; task `i` is the `i`th submission, tracked as `ID_i`.
     async fn submit_array(&self, group: Vec<(Submission, Reply)>) {
         let subs: Vec<&Submission> = group.iter().map(|(s, _)| s).collect();
         let keys: Vec<&str> = subs.iter().map(|s| s.key.as_str()).collect();
@@ -227,9 +234,7 @@ impl Poller {
             "heddle-array-{}",
             &heddle_cache::Digest::of_bytes(keys.join(",").as_bytes()).to_string()[..16]
         );
-        let args = slurm::array_args(&self.cluster, subs[0], subs.len(), &name);
-        let script = slurm::array_script(&self.cluster, &subs);
-        match slurm::submit(&args, &script).await {
+        match self.engine.submit_array(&subs, &name).await {
             Err(e) => {
                 for (_, reply) in group {
                     let _ = reply.send(Err(e.clone()));
@@ -299,13 +304,31 @@ impl Poller {
                 (r.id.clone(), true, r.state.clone())
             }
             None => {
-                let args = slurm::sbatch_args(&self.cluster, s);
-                let id = slurm::submit(&args, &slurm::script(&self.cluster, s)).await?;
-                self.counts.submitted.fetch_add(1, Ordering::Relaxed);
-                (id, false, JobState::Submitted)
+                let done = self.engine.submit(s).await?;
+                let counter = match done.adopted {
+                    true => &self.counts.adopted,
+                    false => &self.counts.submitted,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                (done.id, done.adopted, done.state)
             }
         };
         Ok(self.track(id, &s.name, adopted, state))
+    }
+
+    /// [`Engine::outcome_tag`].
+    pub fn outcome_tag(&self, id: &str) -> String {
+        self.engine.outcome_tag(id)
+    }
+
+    /// [`Engine::ready`].
+    pub async fn ready(&self) -> Result<(), EngineError> {
+        self.engine.ready().await
+    }
+
+    /// Remove what is left of the run ([`Engine::sweep`]); the run is over.
+    pub async fn sweep(&self) -> Result<(), EngineError> {
+        self.engine.sweep().await
     }
 
     fn is_tracked(&self, id: &str) -> bool {
@@ -335,13 +358,17 @@ mod tests {
             array_limit: None,
             defined_at: "hosts.toml:1:1".into(),
         };
-        Poller::new(cluster, Arc::new(|_| {}))
+        let slurm = Arc::new(crate::cluster::slurm::Slurm {
+            cluster: cluster.clone(),
+        });
+        Poller::new(cluster, slurm, Arc::new(|_| {}))
     }
 
     fn sub(name: &str, hailo: u32) -> (Submission, Reply) {
         let s = Submission {
             name: name.into(),
             comment: format!("run r {name}"),
+            label: name.into(),
             resources: BTreeMap::from([("hailo".into(), hailo)]),
             timeout: None,
             worker: "heddle".into(),

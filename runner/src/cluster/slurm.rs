@@ -12,8 +12,69 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-use super::engine::{EngineError, JobRow, JobState, Submission};
+use futures_util::future::BoxFuture;
+
+use super::engine::{Engine, EngineError, JobRow, JobState, Submission, Submitted};
 use crate::hosts::Cluster;
+
+/// SLURM as the poller's [`Engine`]: the cluster's settings and the functions below.
+pub struct Slurm {
+    pub cluster: Cluster,
+}
+
+impl Engine for Slurm {
+    /// `heddle run` checks that `sbatch` runs before it builds the driver.
+    fn ready(&self) -> BoxFuture<'_, Result<(), EngineError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn array_shape(&self, s: &Submission) -> Option<Vec<String>> {
+        let mut shape = sbatch_args(&self.cluster, s);
+        shape.retain(|a| !a.starts_with("--job-name=") && !a.starts_with("--comment="));
+        Some(shape)
+    }
+
+    /// As [`script`] and [`array_script`] write it (array tasks are `ID_i`).
+    fn outcome_tag(&self, id: &str) -> String {
+        format!("slurm:{}:{id}", self.cluster.name)
+    }
+
+    fn submit<'a>(&'a self, s: &'a Submission) -> BoxFuture<'a, Result<Submitted, EngineError>> {
+        Box::pin(async move {
+            let args = sbatch_args(&self.cluster, s);
+            let id = submit(&args, &script(&self.cluster, s)).await?;
+            Ok(Submitted {
+                id,
+                adopted: false,
+                state: JobState::Submitted,
+            })
+        })
+    }
+
+    fn submit_array<'a>(
+        &'a self,
+        subs: &'a [&'a Submission],
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<String, EngineError>> {
+        Box::pin(async move {
+            let args = array_args(&self.cluster, subs[0], subs.len(), name);
+            submit(&args, &array_script(&self.cluster, subs)).await
+        })
+    }
+
+    fn query<'a>(&'a self, names: &'a [String]) -> BoxFuture<'a, Result<Vec<JobRow>, EngineError>> {
+        Box::pin(query(names))
+    }
+
+    fn cancel<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<(), EngineError>> {
+        Box::pin(cancel(ids))
+    }
+
+    /// Every job of the run was cancelled by id already; SLURM keeps no labels to sweep by.
+    fn sweep(&self) -> BoxFuture<'_, Result<(), EngineError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
 
 /// The `sbatch` arguments for one submission, after `--parsable`.
 pub fn sbatch_args(cluster: &Cluster, s: &Submission) -> Vec<String> {
@@ -249,6 +310,7 @@ mod tests {
         let s = Submission {
             name: "heddle-0123".into(),
             comment: "run r1 probe[x=1]".into(),
+            label: "probe[x=1]".into(),
             resources: BTreeMap::from([("gpu".into(), 1), ("hailo".into(), 1), ("cpu".into(), 4)]),
             timeout: Some(Duration::from_secs(90)),
             worker: "heddle --remote-cache file:///c".into(),

@@ -1,8 +1,9 @@
 //! `[clusters.NAME]` in `hosts.toml`: a batch scheduler heddle hands instances to
-//! (`heddle run --cluster NAME`). Only `kind = "slurm"` exists. Read beside `[hosts.NAME]` by
+//! (`heddle run --cluster NAME`): `kind = "slurm"` or `kind = "kubernetes"`. The keys of one
+//! kind are errors on the other, so a misplaced key is never silently ignored. Read beside `[hosts.NAME]` by
 //! [`super::file`], with the same diagnostics (file:line:col, did-you-mean for unknown keys).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -42,18 +43,39 @@ pub struct Cluster {
     pub defined_at: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClusterKind {
     Slurm,
+    Kubernetes(KubeCluster),
 }
 
 impl ClusterKind {
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &'static str {
         match self {
             ClusterKind::Slurm => "slurm",
+            ClusterKind::Kubernetes(_) => "kubernetes",
         }
     }
 }
+
+/// What `kind = "kubernetes"` adds: where the Jobs go and what their pods run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeCluster {
+    /// Default `default`.
+    pub namespace: String,
+    /// The kubeconfig context (default: the current one).
+    pub context: Option<String>,
+    /// The worker image, by digest (`repo@sha256:…`): it holds `heddle`, and a tag could
+    /// move between submit and start.
+    pub image: String,
+    /// Pool → extended resource (`gpu` → `nvidia.com/gpu`, the default; `hailo` → a device
+    /// plugin's name). Pools not named stay the driver's own limits.
+    pub resource_names: BTreeMap<String, String>,
+}
+
+/// Keys only SLURM reads, and keys only Kubernetes reads.
+const SLURM_KEYS: [&str; 5] = ["partition", "account", "sbatch_args", "gres", "array_limit"];
+const KUBE_KEYS: [&str; 4] = ["namespace", "context", "image", "resource_names"];
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -70,6 +92,27 @@ pub(super) struct RawCluster {
     heddle: Option<String>,
     worker_cache: Option<String>,
     array_limit: Option<u32>,
+    namespace: Option<Spanned<String>>,
+    context: Option<Spanned<String>>,
+    image: Option<Spanned<String>>,
+    resource_names: Option<Spanned<BTreeMap<String, String>>>,
+}
+
+impl RawCluster {
+    /// Where each key given sits, by name, for "this key belongs to the other kind".
+    fn given(&self) -> Vec<(&'static str, bool)> {
+        vec![
+            ("partition", self.partition.is_some()),
+            ("account", self.account.is_some()),
+            ("sbatch_args", !self.sbatch_args.is_empty()),
+            ("gres", self.gres.is_some()),
+            ("array_limit", self.array_limit.is_some()),
+            ("namespace", self.namespace.is_some()),
+            ("context", self.context.is_some()),
+            ("image", self.image.is_some()),
+            ("resource_names", self.resource_names.is_some()),
+        ]
+    }
 }
 
 /// Check one `[clusters.NAME]` table.
@@ -82,6 +125,7 @@ pub(super) fn check_cluster(
     let n = name.get_ref();
     let kind = match raw.kind.as_ref().map(|k| k.get_ref().as_str()) {
         Some("slurm") => Some(ClusterKind::Slurm),
+        Some("kubernetes") => check_kube(src, name, &raw, &mut errors).map(ClusterKind::Kubernetes),
         Some(other) => {
             let k = raw.kind.as_ref().expect("matched Some");
             errors.push(
@@ -89,18 +133,41 @@ pub(super) fn check_cluster(
                     Some(k.span()),
                     format!("cluster `{n}`: kind \"{other}\" is not supported"),
                 )
-                .with_help("write kind = \"slurm\""),
+                .with_help("write kind = \"slurm\" or kind = \"kubernetes\""),
             );
             None
         }
         None => {
             errors.push(
                 src.error(Some(name.span()), format!("cluster `{n}` has no `kind`"))
-                    .with_help("add kind = \"slurm\" (see docs/scale-out.md)"),
+                    .with_help(
+                        "add kind = \"slurm\" or kind = \"kubernetes\" (see docs/scale-out.md)",
+                    ),
             );
             None
         }
     };
+    if let Some(k) = &kind {
+        let (others, theirs) = match k {
+            ClusterKind::Slurm => (&KUBE_KEYS[..], "kubernetes"),
+            ClusterKind::Kubernetes(_) => (&SLURM_KEYS[..], "slurm"),
+        };
+        for (key, given) in raw.given() {
+            if given && others.contains(&key) {
+                let span = raw.kind.as_ref().map(|k| k.span());
+                errors.push(
+                    src.error(
+                        span,
+                        format!(
+                            "cluster `{n}`: `{key}` is a {theirs} key, and this cluster is {}",
+                            k.as_str()
+                        ),
+                    )
+                    .with_help(format!("remove `{key}`")),
+                );
+            }
+        }
+    }
     let mut duration = |raw: Option<&Spanned<String>>, key: &str, default: Duration| match raw {
         None => default,
         Some(d) => match humantime::parse_duration(d.get_ref()) {
@@ -154,4 +221,88 @@ pub(super) fn check_cluster(
         }
         _ => Err(errors),
     }
+}
+
+/// The Kubernetes settings of `raw`, or `None` with the reasons in `errors`.
+fn check_kube(
+    src: &Source,
+    name: &Spanned<String>,
+    raw: &RawCluster,
+    errors: &mut Vec<Diagnostic>,
+) -> Option<KubeCluster> {
+    let n = name.get_ref();
+    let image = match &raw.image {
+        None => {
+            errors.push(
+                src.error(
+                    Some(name.span()),
+                    format!("cluster `{n}` (kubernetes) has no `image`"),
+                )
+                .with_help(
+                    "add image = \"REGISTRY/REPO@sha256:DIGEST\", an image that holds heddle",
+                ),
+            );
+            None
+        }
+        Some(i) if !is_by_digest(i.get_ref()) => {
+            errors.push(
+                src.error(
+                    Some(i.span()),
+                    format!(
+                        "cluster `{n}`: `image` must name a digest, not {:?}",
+                        i.get_ref()
+                    ),
+                )
+                .with_help(
+                    "write REGISTRY/REPO@sha256:DIGEST (a tag could move between submit and start)",
+                ),
+            );
+            None
+        }
+        Some(i) => Some(i.get_ref().clone()),
+    };
+    if let Some(ns) = &raw.namespace {
+        if !is_dns_label(ns.get_ref()) {
+            errors.push(
+                src.error(
+                    Some(ns.span()),
+                    format!(
+                        "cluster `{n}`: namespace {:?} is not a DNS label",
+                        ns.get_ref()
+                    ),
+                )
+                .with_help("at most 63 of a-z, 0-9 and -, starting and ending alphanumeric"),
+            );
+        }
+    }
+    let resource_names = match &raw.resource_names {
+        Some(r) => r.get_ref().clone(),
+        None => BTreeMap::from([("gpu".to_string(), "nvidia.com/gpu".to_string())]),
+    };
+    Some(KubeCluster {
+        namespace: raw
+            .namespace
+            .as_ref()
+            .map(|n| n.get_ref().clone())
+            .unwrap_or_else(|| "default".into()),
+        context: raw.context.as_ref().map(|c| c.get_ref().clone()),
+        image: image?,
+        resource_names,
+    })
+}
+
+/// `…@sha256:` and 64 hex digits.
+fn is_by_digest(image: &str) -> bool {
+    image.split_once("@sha256:").is_some_and(|(repo, hex)| {
+        !repo.is_empty() && hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())
+    })
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
 }

@@ -363,13 +363,58 @@ mod tests {
 
     #[test]
     fn a_cluster_of_an_unknown_kind_or_key_points_at_it() {
-        let e = parse_clusters("[clusters.k]\nkind = \"kubernetes\"\n").unwrap_err();
+        let e = parse_clusters("[clusters.k]\nkind = \"nomad\"\n").unwrap_err();
         assert_eq!(
             e,
-            "error: cluster `k`: kind \"kubernetes\" is not supported\n  --> hosts.toml:2:8\n  |\n2 | kind = \"kubernetes\"\n  |        ^^^^^^^^^^^^\n  = help: write kind = \"slurm\""
+            "error: cluster `k`: kind \"nomad\" is not supported\n  --> hosts.toml:2:8\n  |\n2 | kind = \"nomad\"\n  |        ^^^^^^^\n  = help: write kind = \"slurm\" or kind = \"kubernetes\""
         );
         let e = parse_clusters("[clusters.k]\nkind = \"slurm\"\npartiton = \"x\"\n").unwrap_err();
         assert!(e.contains("did you mean `partition`?"), "{e}");
+    }
+
+    #[test]
+    fn a_kubernetes_cluster_with_its_settings() {
+        let image = format!("registry.lab/heddle@sha256:{}", "e".repeat(64));
+        let c = parse_clusters(&format!(
+            "[clusters.k8s]\nkind = \"kubernetes\"\nnamespace = \"ml\"\nimage = \"{image}\"\n\
+             resource_names = {{ gpu = \"nvidia.com/gpu\", hailo = \"hailo.ai/h8\" }}\n"
+        ))
+        .unwrap();
+        let want = super::super::KubeCluster {
+            namespace: "ml".into(),
+            context: None,
+            image,
+            resource_names: BTreeMap::from([
+                ("gpu".into(), "nvidia.com/gpu".into()),
+                ("hailo".into(), "hailo.ai/h8".into()),
+            ]),
+        };
+        assert_eq!(c[0].kind, super::super::ClusterKind::Kubernetes(want));
+    }
+
+    #[test]
+    fn a_kubernetes_cluster_needs_an_image_by_digest_and_no_slurm_keys() {
+        let e = parse_clusters(
+            "[clusters.k8s]\nkind = \"kubernetes\"\nimage = \"registry.lab/heddle:latest\"\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "error: cluster `k8s`: `image` must name a digest, not \"registry.lab/heddle:latest\"\n  --> hosts.toml:3:9\n  |\n3 | image = \"registry.lab/heddle:latest\"\n  |         ^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n  = help: write REGISTRY/REPO@sha256:DIGEST (a tag could move between submit and start)"
+        );
+        let e = parse_clusters("[clusters.k8s]\nkind = \"kubernetes\"\n").unwrap_err();
+        assert!(
+            e.starts_with(
+                "error: cluster `k8s` (kubernetes) has no `image`\n  --> hosts.toml:1:11"
+            ),
+            "{e}"
+        );
+        let e =
+            parse_clusters("[clusters.hpc]\nkind = \"slurm\"\nnamespace = \"ml\"\n").unwrap_err();
+        assert!(
+            e.starts_with("error: cluster `hpc`: `namespace` is a kubernetes key, and this cluster is slurm\n  --> hosts.toml:2:8"),
+            "{e}"
+        );
     }
 
     #[test]

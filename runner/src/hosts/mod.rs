@@ -21,7 +21,7 @@ use heddle_containers::TlsFiles;
 
 use crate::model::Transfer;
 
-pub use clusters::{Cluster, ClusterKind};
+pub use clusters::{Cluster, ClusterKind, KubeCluster};
 pub use file::{config_files, load};
 pub use place::{place, Placement, PlacementError};
 

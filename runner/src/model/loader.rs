@@ -13,7 +13,7 @@ use toml::Spanned;
 use heddle_cache::error_chain;
 
 use super::value::{parse_value_text, toml_to_json, ParamType};
-use super::{valid_name, EnvDef, LoadError, LoadOptions, Pipeline, StageDef};
+use super::{valid_name, ClusterChoice, EnvDef, LoadError, LoadOptions, Pipeline, StageDef};
 use crate::diag::{did_you_mean, Diagnostic, Diagnostics, Source};
 use crate::spec::{EnvSpec, PipelineSpec, RawStage, NOT_IN_DEFAULTS};
 
@@ -151,7 +151,15 @@ impl Loader {
             }
             return Err(LoadError::Invalid(Diagnostics(unique)));
         }
+        let cluster = spec.pipeline.get_ref().cluster.as_ref().map(|c| {
+            let (line, col) = self.src.line_col(c.span().start);
+            ClusterChoice {
+                name: c.get_ref().clone(),
+                at: format!("{}:{line}:{col}", self.src.path.display()),
+            }
+        });
         Ok(Pipeline {
+            cluster,
             name,
             file: file.to_path_buf(),
             root: self.root,

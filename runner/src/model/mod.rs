@@ -52,13 +52,23 @@ pub struct Pipeline {
     pub source: Arc<Source>,
     pub params: BTreeMap<String, Value>,
     pub resources: BTreeMap<String, u32>,
-    /// Pools declared `scope = "host"`: units locked across every heddle on this host.
+    /// Pools declared `scope = "machine"`: units locked across every heddle on this machine.
     pub host_pools: BTreeSet<String>,
     pub envs: BTreeMap<String, EnvDef>,
     /// In file order.
     pub stages: Vec<Stage>,
     /// What loads but should be written otherwise (an old spelling), for the CLI to print.
     pub warnings: Vec<Diagnostic>,
+    /// `[pipeline] cluster = "NAME"`: the cluster a run uses without `--cluster`.
+    pub cluster: Option<ClusterChoice>,
+}
+
+/// A cluster the pipeline file names, and where (for "no such cluster" errors).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterChoice {
+    pub name: String,
+    /// `file:line:col` of the value.
+    pub at: String,
 }
 
 #[derive(Debug, Clone)]

@@ -74,6 +74,11 @@ pub struct PipelineMeta {
     /// Free text.
     #[serde(default)]
     pub description: Option<String>,
+    /// Run every miss on this cluster (`[clusters.NAME]` in hosts.toml), as `heddle run
+    /// --cluster NAME` does; the flag wins. Not part of any cache key.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub cluster: Option<Spanned<String>>,
 }
 
 /// `[envs.NAME]`: a python virtual environment, put first on `PATH` for the stages that name it.
