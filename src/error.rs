@@ -104,12 +104,13 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A logbook entry that does not parse, or states a tolerance that is not one.
-    #[error("{}: {source}", path.display())]
+    /// A logbook entry that does not parse, or states a tolerance that is not one: one line,
+    /// the file then the parser's `line N: ...`, as a compiler prints a location. Not a
+    /// `source`, so no renderer prints it twice.
+    #[error("{}: {problem}", path.display())]
     BadEntry {
         path: PathBuf,
-        #[source]
-        source: heddle_report::entry::EntryError,
+        problem: heddle_report::entry::EntryError,
     },
     #[error("params in the front matter are not JSON")]
     EntryParams(#[source] serde_json::Error),

@@ -58,7 +58,7 @@ pub enum PrepareError {
     /// otherwise be as large as the largest of them.
     #[error("{0}")]
     Container(Box<ContainerError>),
-    #[error("{0}")]
+    #[error(transparent)]
     Env(#[from] EnvError),
     #[error(transparent)]
     Placement(#[from] PlacementError),

@@ -36,7 +36,7 @@ impl EnvInfo {
 
 #[derive(Debug, thiserror::Error)]
 pub enum EnvError {
-    #[error("failed to read requirements {path}: {source}")]
+    #[error("failed to read requirements {}", path.display())]
     Requirements {
         path: PathBuf,
         source: std::io::Error,
@@ -47,7 +47,7 @@ pub enum EnvError {
         command: String,
         detail: String,
     },
-    #[error("failed to provision python env `{env}`: {source}")]
+    #[error("failed to provision python env `{env}`")]
     Io { env: String, source: std::io::Error },
     #[error(transparent)]
     Cache(#[from] heddle_cache::CacheError),

@@ -41,9 +41,9 @@ pub fn read_entry(path: &Path) -> Result<Entry, Error> {
         path: path.to_path_buf(),
         source,
     })?;
-    Entry::parse(&text).map_err(|source| Error::BadEntry {
+    Entry::parse(&text).map_err(|problem| Error::BadEntry {
         path: path.to_path_buf(),
-        source,
+        problem,
     })
 }
 

@@ -38,9 +38,9 @@ fn rule_for(b: &Block, cli: Option<Tolerance>, path: &Path) -> Result<Rule, Erro
     if let Some(t) = cli {
         return Ok(Rule::Stated(t));
     }
-    let stated = b.stated_tolerance().map_err(|source| Error::BadEntry {
+    let stated = b.stated_tolerance().map_err(|problem| Error::BadEntry {
         path: path.to_path_buf(),
-        source,
+        problem,
     })?;
     Ok(stated.map_or(Rule::Printed, Rule::Stated))
 }

@@ -129,7 +129,7 @@ impl Worker {
             Ok(o) => o,
             Err(e) => {
                 return (
-                    End::Infra(format!("failed to run the command: {e}")),
+                    End::Infra(format!("failed to run the command: {}", error_chain(&e))),
                     Some(sb),
                 )
             }

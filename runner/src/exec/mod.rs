@@ -93,12 +93,12 @@ pub enum ExecOutcome {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
-    #[error("failed to start `{program}`: {source}")]
+    #[error("failed to start `{program}`")]
     Spawn {
         program: String,
         source: std::io::Error,
     },
-    #[error("failed to write log {path}: {source}")]
+    #[error("failed to write log {}", path.display())]
     Log {
         path: PathBuf,
         source: std::io::Error,

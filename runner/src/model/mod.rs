@@ -225,7 +225,7 @@ pub struct LoadOptions {
 pub enum LoadError {
     #[error("{0}")]
     Invalid(Diagnostics),
-    #[error("failed to read pipeline {path}: {source}")]
+    #[error("failed to read pipeline {}", path.display())]
     Read {
         path: PathBuf,
         source: std::io::Error,

@@ -48,7 +48,7 @@ pub(super) async fn attempt_once(
     tracing::debug!(label = %inst.label, ms = t_exec.elapsed().as_secs_f64() * 1e3, "executed");
     let t_collect = Instant::now();
     read_facts(sh, id, &facts_file(&sb), record, &mask);
-    let outcome = outcome.map_err(|e| heddle_error(inst, e.to_string()))?;
+    let outcome = outcome.map_err(|e| heddle_error(inst, error_chain(&e)))?;
     if let Some(f) = classify(&outcome, &error_file(&sb), &stderr_log) {
         let f = crate::secrets::mask_failure(f, &mask);
         return Err(match outcome {
