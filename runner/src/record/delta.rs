@@ -323,32 +323,33 @@ fn find_base(dir: &Path, rec: &RunRecord) -> Option<Base> {
         })
         .collect();
     ids.sort();
-    for id in ids.iter().rev() {
-        let Some(base) = read_index(dir, id) else {
-            continue;
-        };
-        if base.head.pipeline == rec.pipeline && base.head.pipeline_file == rec.pipeline_file {
-            return Some(base);
-        }
-    }
-    None
+    let want = (rec.pipeline.as_str(), rec.pipeline_file.as_str());
+    ids.iter().rev().find_map(|id| read_index(dir, id, want))
 }
 
-fn read_index(dir: &Path, id: &str) -> Option<Base> {
-    let mut bytes = Vec::new();
-    std::fs::File::open(index_path(dir, id))
-        .ok()?
-        .read_to_end(&mut bytes)
-        .ok()?;
-    let rest = bytes.strip_prefix(INDEX_MAGIC)?;
-    let nl = rest.iter().position(|&b| b == b'\n')?;
-    let head: IndexHead = serde_json::from_slice(&rest[..nl]).ok()?;
-    let body = &rest[nl + 1..];
-    if head.run_id != id || body.len() != head.instances * 32 {
+/// The index of record `id`, if it is intact and `want` (pipeline, pipeline file) says it is
+/// one of that pipeline's (only the head is read otherwise).
+fn read_index(dir: &Path, id: &str, want: (&str, &str)) -> Option<Base> {
+    let file = std::fs::File::open(index_path(dir, id)).ok()?;
+    let mut r = std::io::BufReader::new(file);
+    let mut magic = [0u8; INDEX_MAGIC.len()];
+    r.read_exact(&mut magic).ok()?;
+    if magic != INDEX_MAGIC {
+        return None;
+    }
+    let mut line = Vec::new();
+    std::io::BufRead::read_until(&mut r, b'\n', &mut line).ok()?;
+    let head: IndexHead = serde_json::from_slice(&line).ok()?;
+    if head.run_id != id || (head.pipeline.as_str(), head.pipeline_file.as_str()) != want {
         return None;
     }
     let on_disk = std::fs::metadata(record_path(dir, id)).ok()?.len();
     if on_disk != head.record_bytes {
+        return None;
+    }
+    let mut body = Vec::with_capacity(head.instances.saturating_mul(32).min(1 << 30));
+    r.read_to_end(&mut body).ok()?;
+    if body.len() != head.instances.checked_mul(32)? {
         return None;
     }
     let digests = body
