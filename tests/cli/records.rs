@@ -95,10 +95,18 @@ fn a_no_op_run_writes_next_to_nothing_and_reads_back_whole() {
     assert_eq!(ids.len(), 2);
     let text = |id: &str| std::fs::read_to_string(runs.join(format!("{id}.json"))).unwrap();
     let (whole, noop) = (text(&ids[0]), text(&ids[1]));
-    assert!(!whole.starts_with("{\"record_format\""), "the full run is format 1");
+    assert!(
+        !whole.starts_with("{\"record_format\""),
+        "the full run is format 1"
+    );
     let base = format!("{{\"record_format\":2,\"base\":\"{}\"", ids[0]);
     assert!(noop.starts_with(&base), "{}", &noop[..100]);
-    assert!(noop.len() * 20 < whole.len(), "{} vs {}", noop.len(), whole.len());
+    assert!(
+        noop.len() * 20 < whole.len(),
+        "{} vs {}",
+        noop.len(),
+        whole.len()
+    );
 
     let v = p.last_record();
     let (a, b) = (
@@ -112,7 +120,13 @@ fn a_no_op_run_writes_next_to_nothing_and_reads_back_whole() {
         let (x, y) = (&x[1], &y[1]);
         assert_eq!(y["cached"], true, "{y}");
         assert_eq!(y["reason"], "cached");
-        for field in ["cache_key", "key_parts", "inputs", "outputs", "output_paths"] {
+        for field in [
+            "cache_key",
+            "key_parts",
+            "inputs",
+            "outputs",
+            "output_paths",
+        ] {
             assert_eq!(x[field], y[field], "{field}");
         }
     }

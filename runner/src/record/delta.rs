@@ -138,7 +138,7 @@ struct IndexHead {
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
 enum Item {
     /// An instance written whole, as in format 1.
-    Full(String, InstanceRecord),
+    Full(String, Box<InstanceRecord>),
     /// Base instances `from..from + n` as this run's cache hits; `ms` holds each one's start
     /// and its end minus its start.
     Hits { from: usize, n: usize, ms: Vec<u64> },
@@ -427,7 +427,7 @@ pub(super) fn load(dir: &Path, path: &Path, text: &str) -> Result<RunRecord, Rec
     let mut instances = Vec::new();
     for item in delta.instances {
         match item {
-            Item::Full(label, r) => instances.push((label, r)),
+            Item::Full(label, r) => instances.push((label, *r)),
             Item::Hits { from, n, ms } => {
                 let Some(run) = base.instances.get(from..from.saturating_add(n)) else {
                     return Err(base_err(RecordError::BaseChanged { path: base_path }));
@@ -526,9 +526,15 @@ mod tests {
         assert!(runs_dir(root).join("1.idx").exists());
         assert_eq!(json(&load_id(root, "1").unwrap()), json(&full));
 
-        let noop = run("2", (0..n).map(|i| instance(i, true, 5 + i as u64)).collect());
+        let noop = run(
+            "2",
+            (0..n).map(|i| instance(i, true, 5 + i as u64)).collect(),
+        );
         save_rec(root, &noop).unwrap();
-        assert!(!runs_dir(root).join("2.idx").exists(), "a record with a base is no base");
+        assert!(
+            !runs_dir(root).join("2.idx").exists(),
+            "a record with a base is no base"
+        );
         let (whole, delta) = (size(root, "1"), size(root, "2"));
         assert!(delta * 30 < whole, "{delta} vs {whole}");
         assert_eq!(json(&load_id(root, "2").unwrap()), json(&noop));
@@ -545,8 +551,16 @@ mod tests {
         assert!(size(root, "3") * 10 < whole);
         assert_eq!(json(&load_id(root, "3").unwrap()), json(&some));
         let text = std::fs::read_to_string(runs_dir(root).join("3.json")).unwrap();
-        assert!(text.starts_with("{\"record_format\":2,\"base\":\"1\""), "{}", &text[..80]);
-        assert_eq!(text.matches("{\"full\":").count(), 3, "changed ones are whole");
+        assert!(
+            text.starts_with("{\"record_format\":2,\"base\":\"1\""),
+            "{}",
+            &text[..80]
+        );
+        assert_eq!(
+            text.matches("{\"full\":").count(),
+            3,
+            "changed ones are whole"
+        );
 
         // Mostly changed: written whole, and the next base.
         let rerun = run("4", (0..n).map(|i| instance(i + n, false, 0)).collect());
@@ -554,7 +568,10 @@ mod tests {
         assert!(runs_dir(root).join("4.idx").exists());
         let hits = run("5", (0..n).map(|i| instance(i + n, true, 0)).collect());
         save_rec(root, &hits).unwrap();
-        assert_eq!(base_of(&runs_dir(root).join("5.json")).as_deref(), Some("4"));
+        assert_eq!(
+            base_of(&runs_dir(root).join("5.json")).as_deref(),
+            Some("4")
+        );
         assert_eq!(json(&load_id(root, "5").unwrap()), json(&hits));
     }
 
