@@ -630,6 +630,39 @@ mod tests {
         }
     }
 
+    /// A format 2 record carries every field of a run record's head: a field added to
+    /// `RunRecord` and not here would be lost by every record with a base.
+    #[test]
+    fn a_format_2_head_has_every_field_of_a_run_record() {
+        let keys = |v: serde_json::Value| -> Vec<String> {
+            let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            k.retain(|k| !["record_format", "base", "base_bytes"].contains(&k.as_str()));
+            k.sort();
+            k
+        };
+        let rec = run("1", Vec::new());
+        let delta = DeltaRecord::<Item> {
+            record_format: RECORD_FORMAT,
+            base: "0".into(),
+            base_bytes: 0,
+            run_id: rec.run_id.clone(),
+            pipeline: rec.pipeline.clone(),
+            pipeline_file: rec.pipeline_file.clone(),
+            status: rec.status,
+            started_unix_ms: 0,
+            duration_ms: 0,
+            heddle_version: String::new(),
+            host: String::new(),
+            params: BTreeMap::new(),
+            jobs: 0,
+            instances: Vec::new(),
+        };
+        assert_eq!(
+            keys(serde_json::to_value(&delta).unwrap()),
+            keys(serde_json::to_value(&rec).unwrap())
+        );
+    }
+
     /// A record of format 1 from an older heddle (no index beside it) still reads, and is no
     /// base: the run after it is written whole.
     #[test]
