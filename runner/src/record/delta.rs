@@ -92,11 +92,16 @@ fn is_hit_form(r: &InstanceRecord) -> bool {
 
 /// The sha256 of `label` and the JSON of `r`'s hit form with zero times.
 fn hit_digest(label: &str, r: &InstanceRecord) -> Digest {
-    let mut h = HashWriter(<sha2::Sha256 as sha2::Digest>::new());
-    serde_json::to_writer(&mut h, label).expect("a string serialises");
-    h.0.update_bytes(b"\n");
-    serde_json::to_writer(&mut h, &hit_form(r, 0, 0)).expect("a record serialises");
-    Digest::from_bytes(sha2::Digest::finalize(h.0).into())
+    zeroed_digest(label, &hit_form(r, 0, 0))
+}
+
+/// The sha256 of `label` and the JSON of `h`, a hit form with zero times.
+fn zeroed_digest(label: &str, h: &InstanceRecord) -> Digest {
+    let mut w = HashWriter(<sha2::Sha256 as sha2::Digest>::new());
+    serde_json::to_writer(&mut w, label).expect("a string serialises");
+    w.0.update_bytes(b"\n");
+    serde_json::to_writer(&mut w, h).expect("a record serialises");
+    Digest::from_bytes(sha2::Digest::finalize(w.0).into())
 }
 
 trait UpdateBytes {
@@ -183,10 +188,11 @@ fn record_path(dir: &Path, id: &str) -> PathBuf {
 
 /// Write run `rec` under `dir`: with a base when one shares most of its instances, else whole
 /// with an index. Returns the record's path.
-pub(super) fn save(dir: &Path, rec: &RunRecord) -> std::io::Result<PathBuf> {
+pub(super) fn save(dir: &Path, rec: &mut RunRecord) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     // Hit-form instances are the only ones a base can stand in for.
-    let digests = hit_digests(&rec.instances);
+    let digests = hit_digests(&mut rec.instances);
+    let rec = &*rec;
     if let Some(base) = find_base(dir, rec) {
         if let Some(items) = references(rec, &digests, &base.digests) {
             let delta = DeltaRecord {
@@ -218,17 +224,27 @@ pub(super) fn save(dir: &Path, rec: &RunRecord) -> std::io::Result<PathBuf> {
 /// The [`hit_digest`] of every instance in hit form, on every core (a sha256 pass over the
 /// JSON of each instance: at 100,000 instances, on one thread, it took back what not writing
 /// 110 MB of record saved).
-fn hit_digests(instances: &[(String, InstanceRecord)]) -> Vec<Option<Digest>> {
-    let one = |(label, r): &(String, InstanceRecord)| is_hit_form(r).then(|| hit_digest(label, r));
+fn hit_digests(instances: &mut [(String, InstanceRecord)]) -> Vec<Option<Digest>> {
+    let one = |(label, r): &mut (String, InstanceRecord)| {
+        if !is_hit_form(r) {
+            return None;
+        }
+        // A record in hit form is its hit form with zero times once its times are zero.
+        let times = (r.start_ms, r.end_ms);
+        (r.start_ms, r.end_ms) = (0, 0);
+        let d = zeroed_digest(label, r);
+        (r.start_ms, r.end_ms) = times;
+        Some(d)
+    };
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     if workers < 2 || instances.len() < 1024 {
-        return instances.iter().map(one).collect();
+        return instances.iter_mut().map(one).collect();
     }
     let chunk = instances.len().div_ceil(workers);
     std::thread::scope(|s| {
         let parts: Vec<_> = instances
-            .chunks(chunk)
-            .map(|part| s.spawn(move || part.iter().map(one).collect::<Vec<_>>()))
+            .chunks_mut(chunk)
+            .map(|part| s.spawn(move || part.iter_mut().map(one).collect::<Vec<_>>()))
             .collect();
         parts
             .into_iter()
@@ -540,7 +556,7 @@ mod tests {
         let root = dir.path();
         let n = 2000;
         let full = run("1", (0..n).map(|i| instance(i, false, i as u64)).collect());
-        save_rec(root, &full).unwrap();
+        save_rec(root, &mut full.clone()).unwrap();
         assert!(runs_dir(root).join("1.idx").exists());
         assert_eq!(json(&load_id(root, "1").unwrap()), json(&full));
 
@@ -548,7 +564,13 @@ mod tests {
             "2",
             (0..n).map(|i| instance(i, true, 5 + i as u64)).collect(),
         );
-        save_rec(root, &noop).unwrap();
+        let mut saved = noop.clone();
+        save_rec(root, &mut saved).unwrap();
+        assert_eq!(
+            json(&saved),
+            json(&noop),
+            "save leaves the record as it was"
+        );
         assert!(
             !runs_dir(root).join("2.idx").exists(),
             "a record with a base is no base"
@@ -565,7 +587,7 @@ mod tests {
         some.swap(20, 1500);
         some.push(instance(n + 1, true, 0));
         let some = run("3", some);
-        save_rec(root, &some).unwrap();
+        save_rec(root, &mut some.clone()).unwrap();
         assert!(size(root, "3") * 10 < whole);
         assert_eq!(json(&load_id(root, "3").unwrap()), json(&some));
         let text = std::fs::read_to_string(runs_dir(root).join("3.json")).unwrap();
@@ -582,10 +604,10 @@ mod tests {
 
         // Mostly changed: written whole, and the next base.
         let rerun = run("4", (0..n).map(|i| instance(i + n, false, 0)).collect());
-        save_rec(root, &rerun).unwrap();
+        save_rec(root, &mut rerun.clone()).unwrap();
         assert!(runs_dir(root).join("4.idx").exists());
         let hits = run("5", (0..n).map(|i| instance(i + n, true, 0)).collect());
-        save_rec(root, &hits).unwrap();
+        save_rec(root, &mut hits.clone()).unwrap();
         assert_eq!(
             base_of(&runs_dir(root).join("5.json")).as_deref(),
             Some("4")
@@ -676,7 +698,7 @@ mod tests {
         assert_eq!(old.instances.len(), 2);
         assert_eq!(old.counts(), (0, 2, 0, 0));
         let again = run("20261205-130000000-abcd", old.instances.clone());
-        save_rec(root, &again).unwrap();
+        save_rec(root, &mut again.clone()).unwrap();
         assert!(base_of(&runs_dir(root).join("20261205-130000000-abcd.json")).is_none());
         assert_eq!(json(&load_id(root, "last").unwrap()), json(&again));
     }
@@ -689,9 +711,9 @@ mod tests {
         let root = dir.path();
         let full = |id: &str| run(id, (0..50).map(|i| instance(i, false, 0)).collect());
         let hits = |id: &str| run(id, (0..50).map(|i| instance(i, true, 0)).collect());
-        save_rec(root, &full("1")).unwrap();
-        save_rec(root, &hits("2")).unwrap();
-        save_rec(root, &hits("3")).unwrap();
+        save_rec(root, &mut full("1")).unwrap();
+        save_rec(root, &mut hits("2")).unwrap();
+        save_rec(root, &mut hits("3")).unwrap();
         let pruned = prune(root, 1).unwrap();
         assert_eq!(pruned.ids, ["2"]);
         assert_eq!(list(root), ["1", "3"]);
@@ -701,8 +723,8 @@ mod tests {
         assert!(list(root).is_empty());
         assert_eq!(std::fs::read_dir(runs_dir(root)).unwrap().count(), 0);
 
-        save_rec(root, &full("4")).unwrap();
-        save_rec(root, &hits("5")).unwrap();
+        save_rec(root, &mut full("4")).unwrap();
+        save_rec(root, &mut hits("5")).unwrap();
         let base = runs_dir(root).join("4.json");
         let text = std::fs::read_to_string(&base).unwrap();
         std::fs::write(&base, text.replace("echo 1\"", "echo 1 \"")).unwrap();
