@@ -3,6 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
+mod delta;
+pub use delta::RECORD_FORMAT;
+
 pub use heddle_schema::{
     Cause, ErrorClass, InstanceRecord, JobRecord, RemoteSigner, RunRecord, RunStatus, Status,
     StatusRecord,
@@ -12,19 +15,14 @@ pub fn runs_dir(root: &Path) -> PathBuf {
     root.join(".heddle").join("runs")
 }
 
-pub fn save(root: &Path, rec: &RunRecord) -> std::io::Result<PathBuf> {
-    let dir = runs_dir(root);
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join(format!("{}.json", rec.run_id));
-    let tmp = dir.join(format!(".{}.json.tmp", rec.run_id));
-    // Streamed: a 1,000-instance record is over a megabyte, and growing one buffer to hold it
-    // was a visible share of a no-op run.
-    let mut w = std::io::BufWriter::with_capacity(256 * 1024, std::fs::File::create(&tmp)?);
-    serde_json::to_writer(&mut w, rec).map_err(std::io::Error::other)?;
-    std::io::Write::flush(&mut w)?;
-    drop(w);
-    std::fs::rename(&tmp, &path)?;
-    Ok(path)
+/// Write run `rec`'s record: whole (format 1) with an index beside it, or, when an earlier
+/// record of the same pipeline holds most of its instances, as references to that one
+/// (format 2, [`delta`]).
+/// `rec` is borrowed mutably only to hash each hit with its times zeroed in place (restored
+/// before this returns): cloning 100,000 records to do so cost a no-op run what not writing
+/// them saved.
+pub fn save(root: &Path, rec: &mut RunRecord) -> std::io::Result<PathBuf> {
+    delta::save(&runs_dir(root), rec)
 }
 
 /// Run ids, oldest first (ids sort by time).
@@ -51,15 +49,24 @@ pub struct Pruned {
     pub bytes: u64,
 }
 
-/// Remove every run record but the newest `keep` (a no-op at 100,000 instances writes about
-/// 100 MB of record, so a busy project needs a way to drop old ones). Nothing else refers to
-/// a record by path: the cache entries a removed run used stay until `heddle cache gc`, which
-/// then no longer counts them as recent.
+/// Remove every run record but the newest `keep` (a run that ran a 100,000-value matrix writes
+/// about 100 MB of record, so a busy project needs a way to drop old ones). The cache entries a
+/// removed run used stay until `heddle cache gc`, which then no longer counts them as recent.
+/// A record another one is based on ([`delta`]) stays while that one does.
 pub fn prune(root: &Path, keep: usize) -> Result<Pruned, RecordError> {
+    let dir = runs_dir(root);
     let ids = list(root);
+    let split = ids.len().saturating_sub(keep);
+    let bases: std::collections::HashSet<String> = ids[split..]
+        .iter()
+        .filter_map(|id| delta::base_of(&dir.join(format!("{id}.json"))))
+        .collect();
     let mut pruned = Pruned::default();
-    for id in &ids[..ids.len().saturating_sub(keep)] {
-        let path = runs_dir(root).join(format!("{id}.json"));
+    for id in &ids[..split] {
+        if bases.contains(id) {
+            continue;
+        }
+        let path = dir.join(format!("{id}.json"));
         let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         match std::fs::remove_file(&path) {
             Ok(()) => {}
@@ -67,6 +74,7 @@ pub fn prune(root: &Path, keep: usize) -> Result<Pruned, RecordError> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(source) => return Err(RecordError::Remove { path, source }),
         }
+        delta::remove_index(&dir, id);
         pruned.bytes += bytes;
         pruned.ids.push(id.clone());
     }
@@ -94,6 +102,17 @@ pub enum RecordError {
         #[source]
         source: std::io::Error,
     },
+    #[error("failed to read {}: unknown record format {format}", path.display())]
+    Format { path: PathBuf, format: u32 },
+    #[error("failed to read {}: its base record `{base}` is unreadable", path.display())]
+    Base {
+        path: PathBuf,
+        base: String,
+        #[source]
+        source: Box<RecordError>,
+    },
+    #[error("{} changed after a later record was based on it", path.display())]
+    BaseChanged { path: PathBuf },
     #[error("failed to parse {}", path.display())]
     Parse {
         path: PathBuf,
@@ -138,6 +157,9 @@ pub fn load(root: &Path, id: &str) -> Result<RunRecord, RecordError> {
         Ok(t) => t,
         Err(source) => return Err(RecordError::Read { path, source }),
     };
+    if delta::has_base(text.as_bytes()) {
+        return delta::load(&runs_dir(root), &path, &text);
+    }
     serde_json::from_str(&text).map_err(|source| RecordError::Parse { path, source })
 }
 

@@ -240,8 +240,8 @@ async fn refresh(entry_path: &Path, rr: &Rerun<'_>) -> Result<i32, Error> {
     let (_, file) = pipeline_file(&e, rr.root)?;
     let sets = overrides(&e)?;
     let ropts = rerun_options(false);
-    let rec = session::rerun(&file, &sets, rr.store.clone(), None, ropts, rr.progress).await?;
-    let _ = record::save(rr.root, &rec);
+    let mut rec = session::rerun(&file, &sets, rr.store.clone(), None, ropts, rr.progress).await?;
+    let _ = record::save(rr.root, &mut rec);
     let tables = tables(&rr.store, rr.root, &rec);
     let lh = lock_hash(rr.root, &rec);
     let mut missing = Vec::new();

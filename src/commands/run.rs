@@ -97,7 +97,7 @@ pub async fn run(s: &Session, a: &RunArgs) -> Result<i32, Error> {
         remote: remote.clone(),
         cluster: cluster.clone(),
     };
-    let rec = session::execute(plan.clone(), store, None, opts, a.progress).await?;
+    let mut rec = session::execute(plan.clone(), store, None, opts, a.progress).await?;
     if let Some(c) = &cluster {
         // Each job was cancelled by id already; the sweep catches what a lost reply or a
         // job submitted as the run stopped left behind.
@@ -108,7 +108,7 @@ pub async fn run(s: &Session, a: &RunArgs) -> Result<i32, Error> {
         }
         eprintln!("{}", c.summary());
     }
-    let saved = record::save(&plan.pipeline.root, &rec);
+    let saved = record::save(&plan.pipeline.root, &mut rec);
     print_summary(&plan, &rec);
     if let Some(g) = &remote {
         let (fetched, pushed) = g.counts();

@@ -67,7 +67,7 @@ pub async fn verify(entry_path: &Path, rr: &Rerun<'_>, opts: &VerifyOptions) -> 
                 " (from the cache)"
             }
         );
-        let rec = session::rerun(
+        let mut rec = session::rerun(
             &file,
             &sets,
             store.clone(),
@@ -81,7 +81,7 @@ pub async fn verify(entry_path: &Path, rr: &Rerun<'_>, opts: &VerifyOptions) -> 
             pipeline_file: named.clone(),
             source: Box::new(source),
         })?;
-        let _ = record::save(rr.root, &rec);
+        let _ = record::save(rr.root, &mut rec);
         let tables = tables(&store, rr.root, &rec);
         for (b, rule) in e.blocks().zip(&rules) {
             match b.kind.as_str() {

@@ -59,3 +59,81 @@ fn facts_a_stage_reports_land_in_the_run_record() {
         "5.3.2"
     );
 }
+
+/// A no-op run of a matrix writes a record of a few bytes per instance that refers to the
+/// full run's record (format 2), leaves the lock file alone (same inode, mtime and bytes), and
+/// reads back as every instance of the full run, served from the cache.
+#[test]
+fn a_no_op_run_writes_next_to_nothing_and_reads_back_whole() {
+    use std::os::unix::fs::MetadataExt;
+    let values: Vec<String> = (0..300).map(|i| i.to_string()).collect();
+    let p = Project::with_pipeline(&format!(
+        "[pipeline]\nname = \"m\"\n[stages.m]\nmatrix = {{ i = [{}] }}\n\
+         run = \"echo {{{{ matrix.i }}}} > {{{{ out.o }}}}\"\noutputs = {{ o = \"o.txt\" }}\n",
+        values.join(", ")
+    ));
+    p.run("p.toml", &[]).ok();
+    let full = p.last_record();
+    let lock = p.path("p.lock");
+    let lock_text = std::fs::read(&lock).unwrap();
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+    std::fs::File::options()
+        .write(true)
+        .open(&lock)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let inode = std::fs::metadata(&lock).unwrap().ino();
+    p.run("p.toml", &[]).ok();
+    let meta = std::fs::metadata(&lock).unwrap();
+    assert_eq!(meta.ino(), inode, "the lock was not replaced");
+    assert_eq!(meta.modified().unwrap(), old, "the lock was not written");
+    assert_eq!(std::fs::read(&lock).unwrap(), lock_text);
+
+    let runs = p.path(".heddle/runs");
+    let ids = heddle_runner::record::list(p.root());
+    assert_eq!(ids.len(), 2);
+    let text = |id: &str| std::fs::read_to_string(runs.join(format!("{id}.json"))).unwrap();
+    let (whole, noop) = (text(&ids[0]), text(&ids[1]));
+    assert!(
+        !whole.starts_with("{\"record_format\""),
+        "the full run is format 1"
+    );
+    let base = format!("{{\"record_format\":2,\"base\":\"{}\"", ids[0]);
+    assert!(noop.starts_with(&base), "{}", &noop[..100]);
+    assert!(
+        noop.len() * 20 < whole.len(),
+        "{} vs {}",
+        noop.len(),
+        whole.len()
+    );
+
+    let v = p.last_record();
+    let (a, b) = (
+        full["instances"].as_array().unwrap(),
+        v["instances"].as_array().unwrap(),
+    );
+    assert_eq!(a.len(), 300);
+    assert_eq!(b.len(), 300);
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!(x[0], y[0]);
+        let (x, y) = (&x[1], &y[1]);
+        assert_eq!(y["cached"], true, "{y}");
+        assert_eq!(y["reason"], "cached");
+        for field in [
+            "cache_key",
+            "key_parts",
+            "inputs",
+            "outputs",
+            "output_paths",
+        ] {
+            assert_eq!(x[field], y[field], "{field}");
+        }
+    }
+    assert_contains(&p.heddle(&["show", "last"]).ok().stdout, "cached 300");
+    // A third no-op refers to the same base; diff and status read both.
+    p.run("p.toml", &[]).ok();
+    assert!(text(&heddle_runner::record::list(p.root())[2]).starts_with(&base));
+    p.heddle(&["diff"]).ok();
+    p.heddle(&["status", "p.toml", "--check"]).ok();
+}
