@@ -26,6 +26,7 @@
 //! such as a bearer token or an API key ([`connect`]).
 
 mod action;
+mod batch;
 mod bytestream;
 mod call;
 mod connect;
@@ -33,7 +34,7 @@ mod names;
 mod proto;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
@@ -41,6 +42,7 @@ use heddle_cache::Digest;
 use tonic::{Code, Status};
 
 use self::action::{action_key, action_result, stored_entry, ENTRY_PATH};
+use self::batch::ReadBatches;
 use self::bytestream::Target;
 use self::call::CallSite;
 use self::connect::Transport;
@@ -71,6 +73,8 @@ pub struct ReapiCache {
     /// by hash alone, and heddle's entry does not record a tree manifest's size; the
     /// ActionResult does, and `fetch_action` reads a manifest right after its entry.
     sizes: Mutex<HashMap<Digest, u64>>,
+    /// Small-blob reads of concurrent fetches, coalesced into few `BatchReadBlobs` calls.
+    reads: Arc<ReadBatches>,
 }
 
 impl ReapiCache {
@@ -84,11 +88,19 @@ impl ReapiCache {
         name: String,
         timeouts: Timeouts,
     ) -> Result<ReapiCache, RemoteError> {
+        let channel = connect::transport(authority, options, &name, timeouts)?;
+        let reads = ReadBatches::new(
+            channel.clone(),
+            instance.to_string(),
+            name.clone(),
+            timeouts,
+        );
         Ok(ReapiCache {
-            channel: connect::transport(authority, options, &name, timeouts)?,
+            channel,
             instance: instance.to_string(),
             endpoint: Endpoint { name, timeouts },
             sizes: Mutex::default(),
+            reads: Arc::new(reads),
         })
     }
 
@@ -234,7 +246,8 @@ impl RemoteBackend for ReapiCache {
                 return bytestream::read(&self.target(), digest, size).await;
             }
             Ok(self
-                .batch_read(digest, size)
+                .reads
+                .read(digest, size)
                 .await?
                 .map(|data| futures_util::stream::iter([Ok(data)]).boxed()))
         }
