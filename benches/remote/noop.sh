@@ -36,6 +36,10 @@ python3 benches/scale/gen.py matrix "$N" 0 "$proj"
 export HEDDLE_SIGNING_KEY_FILE="$work/signing.key"
 rm -f "$HEDDLE_SIGNING_KEY_FILE"
 "$bin" cache keygen --name bench | tail -n 1 >"$proj/.heddle/trusted-writers"
+# A project's trust file counts only once the project is trusted (docs/scale-out.md); the
+# record goes to this run's own config folder.
+export HEDDLE_CONFIG_DIR="$work/config"
+(cd "$proj" && "$bin" trust >/dev/null)
 # The full run fills the local cache and uploads every action (write-back).
 (cd "$proj" && HEDDLE_REMOTE_CACHE_MODE=readwrite "$bin" --cache-dir "$work/full-cache" run -j 2 p.toml >/dev/null 2>"$work/full.log")
 grep -q "0 fetched, $((N + 1)) uploaded" "$work/full.log" || { cat "$work/full.log" >&2; exit 1; }
