@@ -17,8 +17,8 @@ use servers::{
     Server, BUCKET,
 };
 use support::process::wait_for;
-use support::{assert_contains, assert_lacks};
 use support::records::instances;
+use support::{assert_contains, assert_lacks};
 use support::{instance, Project, Run};
 
 /// Two stages, a file and a folder output: enough to move blobs, a tree manifest and entries.
@@ -232,7 +232,10 @@ fn a_cold_noop_fetches_every_entry_of_a_wide_matrix(remote: Remote) {
     let (ours, theirs) = (tree(&b.path("out")), tree(&a.path("out")));
     assert_eq!(ours.len(), N + 1);
     assert!(ours == theirs, "the outputs differ from the writer's");
-    assert_eq!(b.read("out/wide/g/n.txt").trim(), ((N * (N - 1)) / 2 + N).to_string());
+    assert_eq!(
+        b.read("out/wide/g/n.txt").trim(),
+        ((N * (N - 1)) / 2 + N).to_string()
+    );
 }
 
 #[test]

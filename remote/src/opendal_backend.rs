@@ -366,11 +366,7 @@ impl RemoteBackend for OpendalCache {
         .boxed()
     }
 
-    fn read_blob(
-        &self,
-        digest: Digest,
-        size: Option<u64>,
-    ) -> RemoteFuture<'_, Option<BlobStream>> {
+    fn read_blob(&self, digest: Digest, size: Option<u64>) -> RemoteFuture<'_, Option<BlobStream>> {
         async move {
             let path = blob_path(&digest);
             let object = format!("blob {digest}");

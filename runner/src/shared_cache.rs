@@ -157,7 +157,11 @@ impl RemoteGate {
         if self.is_down() {
             return None;
         }
-        let _permit = self.fetches.acquire().await.expect("the gate's semaphore is never closed");
+        let _permit = self
+            .fetches
+            .acquire()
+            .await
+            .expect("the gate's semaphore is never closed");
         // The remote may have been given up on while this fetch waited for its turn.
         if self.is_down() {
             return None;

@@ -95,9 +95,9 @@ impl ReadBatches {
         match answered.await {
             Ok(answer) => answer,
             // The flight's task ended without answering (a panic): say so as a failed call.
-            Err(_) => Err(self.site("read", &format!("blob {digest}")).error(Status::internal(
-                "the batched read ended without an answer",
-            ))),
+            Err(_) => Err(self
+                .site("read", &format!("blob {digest}"))
+                .error(Status::internal("the batched read ended without an answer"))),
         }
     }
 
@@ -167,9 +167,7 @@ impl ReadBatches {
             let answer = match answers.get(&w.digest) {
                 Some(Ok(data)) => Ok(data.clone()),
                 Some(Err(status)) => Err(site.error(status.clone())),
-                None => Err(site.error(Status::internal(
-                    "the server's answer left out this blob",
-                ))),
+                None => Err(site.error(Status::internal("the server's answer left out this blob"))),
             };
             let _ = w.answer.send(answer);
         }
