@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use heddle_cache::Digest;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Semaphore};
 use tonic::{Code, Status};
 
 use super::call::CallSite;
@@ -58,16 +58,25 @@ pub(super) struct ReadBatches {
     instance: String,
     remote: String,
     timeouts: Timeouts,
+    /// The backend's permits for read calls in flight (`CALLS_IN_FLIGHT` in mod.rs).
+    calls: Arc<Semaphore>,
 }
 
 impl ReadBatches {
-    pub fn new(channel: Transport, instance: String, remote: String, timeouts: Timeouts) -> Self {
+    pub fn new(
+        channel: Transport,
+        instance: String,
+        remote: String,
+        timeouts: Timeouts,
+        calls: Arc<Semaphore>,
+    ) -> Self {
         ReadBatches {
             queue: Mutex::default(),
             channel,
             instance,
             remote,
             timeouts,
+            calls,
         }
     }
 
@@ -133,11 +142,13 @@ impl ReadBatches {
             digest_function: re::digest_function::Value::Sha256 as i32,
         };
         let cas = ContentAddressableStorageClient::new(self.channel.clone());
+        let call = self.calls.acquire().await.expect("never closed");
         let answer = site
             .unary(cas, message, |mut cas, r| async move {
                 cas.batch_read_blobs(r).await
             })
             .await;
+        drop(call);
         let responses = match answer {
             Ok(answer) => answer.responses,
             Err(e) => {
