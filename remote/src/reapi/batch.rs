@@ -238,3 +238,33 @@ fn same_error(e: &RemoteError, digest: Digest, remote: &str) -> RemoteError {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wanted(size: u64) -> Wanted {
+        Wanted {
+            digest: Digest::of_bytes(&size.to_le_bytes()),
+            size,
+            answer: oneshot::channel().0,
+        }
+    }
+
+    #[test]
+    fn a_batch_takes_the_oldest_reads_that_fit_and_never_none() {
+        let mut q: Vec<Wanted> = (0..MAX_BLOBS as u64 + 10).map(|_| wanted(1)).collect();
+        assert_eq!(take_batch(&mut q).len(), MAX_BLOBS);
+        assert_eq!(q.len(), 10);
+
+        let mut q = vec![wanted(MAX_BYTES - 1), wanted(2), wanted(1)];
+        assert_eq!(take_batch(&mut q).len(), 1);
+        assert_eq!(take_batch(&mut q).len(), 2);
+        assert!(take_batch(&mut q).is_empty());
+
+        // A blob larger than a batch's bytes still goes, alone.
+        let mut q = vec![wanted(MAX_BYTES + 1), wanted(1)];
+        assert_eq!(take_batch(&mut q).len(), 1);
+        assert_eq!(q.len(), 1);
+    }
+}
