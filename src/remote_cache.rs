@@ -116,12 +116,24 @@ impl SharedCache for RemoteBridge {
 
 /// The run's [`RemoteGate`]: warnings go to stderr, where the user reads them whatever the
 /// progress mode.
+/// `HEDDLE_REMOTE_CACHE_FETCHES=N` sets how many fetches may be in flight at once (default
+/// [`heddle_runner::shared_cache::FETCHES_IN_FLIGHT`]).
 pub fn gate(shared: Arc<dyn SharedCache>) -> Arc<RemoteGate> {
-    Arc::new(RemoteGate::new(
+    let gate = RemoteGate::new(
         shared,
         Box::new(|m| eprintln!("{}", crate::printable::printable(&m))),
-    ))
+    );
+    let fetches = std::env::var(FETCHES_VAR)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    Arc::new(match fetches {
+        Some(n) => gate.with_fetches(n),
+        None => gate,
+    })
 }
+
+/// The environment variable bounding a run's remote fetches in flight.
+pub const FETCHES_VAR: &str = "HEDDLE_REMOTE_CACHE_FETCHES";
 
 /// `heddle plan` with a shared cache: a local miss that the remote holds is `cached (remote)`,
 /// and its recorded outputs let the plan compute the keys downstream of it, as a run would.

@@ -17,6 +17,7 @@ use servers::{
     Server, BUCKET,
 };
 use support::process::wait_for;
+use support::records::instances;
 use support::{assert_contains, assert_lacks};
 use support::{instance, Project, Run};
 
@@ -159,6 +160,100 @@ fn webdav_second_cache_dir_executes_nothing_and_gets_identical_outputs() {
 fn reapi_second_cache_dir_executes_nothing_and_gets_identical_outputs() {
     let Some(remote) = reapi() else { return };
     second_engineer_executes_nothing(remote);
+}
+
+/// A matrix of `n` instances, each writing a file of its own size and bytes, and a gather: a
+/// cold no-op of it fetches `n + 1` entries, many of them at once.
+fn wide(n: usize) -> String {
+    let values: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+    format!(
+        r#"[pipeline]
+name = "wide"
+
+[stages.m]
+matrix = {{ i = [{}] }}
+run = "seq {{{{ matrix.i }}}} > {{{{ out.o }}}}; echo {{{{ matrix.i }}}} >> {{{{ out.o }}}}"
+outputs = {{ o = "o.txt" }}
+
+[stages.g]
+inputs = {{ all = "m[*].o" }}
+run = "cat $(find {{{{ in.all.dir }}}} -name o.txt) | wc -l > {{{{ out.n }}}}"
+outputs = {{ n = "n.txt" }}
+"#,
+        values.join(", ")
+    )
+}
+
+/// Every file under `dir`, by path relative to it, with its bytes.
+fn tree(dir: &std::path::Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                let rel = path.strip_prefix(dir).unwrap().to_path_buf();
+                files.insert(rel, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    files
+}
+
+/// A second engineer's first run of a wide matrix, with an empty cache of their own: every
+/// entry comes from the remote, fetched many at a time, each counted once, every instance a
+/// remote hit and every output byte-identical to the writer's. `-j 1`: how many entries are
+/// fetched at once does not depend on how many stages may run at once.
+fn a_cold_noop_fetches_every_entry_of_a_wide_matrix(remote: Remote) {
+    const N: usize = 300;
+    let a = Project::new();
+    a.file("pipelines/wide.toml", &wide(N));
+    let line = writer(&a);
+    let full = as_writer(&a, &remote, &["run", "--progress", "plain"]).ok();
+    assert_contains(&full.stderr, &format!("0 fetched, {} uploaded", N + 1));
+
+    let b = Project::new();
+    b.file("pipelines/wide.toml", &wide(N));
+    trusting(&b, &line);
+    let run = with_remote(&b, &remote, &["run", "--progress", "plain", "-j", "1"]).ok();
+    assert_lacks(&run.stderr, "warning");
+    assert_contains(&run.stderr, &format!("{} fetched, 0 uploaded", N + 1));
+    let all = instances(&b.last_record());
+    assert_eq!(all.len(), N + 1);
+    for (label, i) in &all {
+        assert_eq!(
+            (i["cached"].as_bool(), i["remote"].as_bool()),
+            (Some(true), Some(true)),
+            "{label}"
+        );
+    }
+    let (ours, theirs) = (tree(&b.path("out")), tree(&a.path("out")));
+    assert_eq!(ours.len(), N + 1);
+    assert!(ours == theirs, "the outputs differ from the writer's");
+    assert_eq!(
+        b.read("out/wide/g/n.txt").trim(),
+        ((N * (N - 1)) / 2 + N).to_string()
+    );
+}
+
+#[test]
+fn s3_cold_noop_of_a_wide_matrix_fetches_every_entry() {
+    let Some(remote) = s3("wide") else { return };
+    a_cold_noop_fetches_every_entry_of_a_wide_matrix(remote);
+}
+
+#[test]
+fn webdav_cold_noop_of_a_wide_matrix_fetches_every_entry() {
+    let Some(remote) = webdav() else { return };
+    a_cold_noop_fetches_every_entry_of_a_wide_matrix(remote);
+}
+
+#[test]
+fn reapi_cold_noop_of_a_wide_matrix_fetches_every_entry() {
+    let Some(remote) = reapi() else { return };
+    a_cold_noop_fetches_every_entry_of_a_wide_matrix(remote);
 }
 
 #[test]

@@ -44,6 +44,8 @@ pub struct OpendalCache {
     /// WebDAV only: blobs are uploaded by a streamed PUT of our own, because OpenDAL's WebDAV
     /// writer would buffer the whole blob.
     webdav: Option<WebdavUpload>,
+    /// Whether a read stats the object before it GETs it (`file://` only, see `open_read`).
+    stat_first: bool,
     endpoint: Endpoint,
 }
 
@@ -185,6 +187,7 @@ impl OpendalCache {
         Ok(OpendalCache {
             op,
             webdav,
+            stat_first: matches!(url, RemoteUrl::Fs { .. }),
             endpoint: Endpoint { name, timeouts },
         })
     }
@@ -266,16 +269,61 @@ impl OpendalCache {
             .boxed()
     }
 
-    /// A stat that is not a regular file's (a directory; on a `file://` remote, a link to a
-    /// device such as `/dev/zero`, whose stat says 0 bytes) is not read at all.
-    fn regular_file(&self, meta: &opendal::Metadata, object: &str) -> Result<(), RemoteError> {
-        if meta.mode().is_file() {
-            return Ok(());
-        }
-        Err(RemoteError::NotAFile {
+    /// Open one streamed GET of `path`: `None` when the object is not there, else its body
+    /// and the length the response declares (untrusted: the caller bounds what arrives). The
+    /// request is sent here, so a miss or a refusal is known before any body is read.
+    /// A `file://` remote is stat'ed first instead: a stat costs no round trip there, and a
+    /// link to a device must be refused before it is opened.
+    async fn open_read(
+        &self,
+        path: &str,
+        object: &str,
+    ) -> Result<Option<(opendal::FuturesBytesStream, Option<u64>)>, RemoteError> {
+        let not_a_file = || RemoteError::NotAFile {
             object: object.to_string(),
             remote: self.endpoint.name.clone(),
-        })
+        };
+        let known = if self.stat_first {
+            let meta = match self.op.stat(path).await {
+                Ok(m) => m,
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(self.backend_error("stat", object.to_string())(e)),
+            };
+            if !meta.mode().is_file() {
+                return Err(not_a_file());
+            }
+            Some(meta.content_length())
+        } else {
+            None
+        };
+        let opened = match self.op.reader_with(path).await {
+            Ok(reader) => match known {
+                Some(size) => reader.into_bytes_stream(0..size).await,
+                None => reader.into_bytes_stream(..).await,
+            },
+            Err(e) => Err(e),
+        };
+        let mut stream = match opened {
+            Ok(stream) => stream,
+            // Removed between the stat and the read (gc on the server): a miss.
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(self.backend_error("open", object.to_string())(e)),
+        };
+        if known.is_some() {
+            return Ok(Some((stream, known)));
+        }
+        match stream.metadata().await {
+            Ok(meta) if meta.mode().is_dir() => Err(not_a_file()),
+            // No length (a chunked body) reads as 0: unknown, and the caller's own limit holds.
+            Ok(meta) => Ok(Some((
+                stream,
+                Some(meta.content_length()).filter(|n| *n > 0),
+            ))),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            // A service that gives no metadata with a read: the body alone is bounded.
+            Err(e) if e.kind() == ErrorKind::Unsupported => Ok(Some((stream, None))),
+            Err(e) => Err(self.backend_error("read", object.to_string())(e)),
+        }
     }
 }
 
@@ -318,34 +366,20 @@ impl RemoteBackend for OpendalCache {
         .boxed()
     }
 
-    fn read_blob(
-        &self,
-        digest: Digest,
-        _size: Option<u64>,
-    ) -> RemoteFuture<'_, Option<BlobStream>> {
+    fn read_blob(&self, digest: Digest, size: Option<u64>) -> RemoteFuture<'_, Option<BlobStream>> {
         async move {
             let path = blob_path(&digest);
             let object = format!("blob {digest}");
-            // The size first: a miss costs one HEAD. A hit is one streamed GET: its body is
-            // handed on as it arrives, so memory stays flat. Ranged reads (4 MiB, 2 in flight)
-            // were 30x slower against moto, which copies the object for every range.
-            let meta = match self.op.stat(&path).await {
-                Ok(m) => m,
-                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(self.backend_error("stat", object)(e)),
+            // One streamed GET, no HEAD before it: a miss costs the GET's 404, a hit a single
+            // request, and the body is handed on as it arrives (memory stays flat). The caller
+            // bounds it by the size the entry gives (`bounded.rs`) and verifies it by hash.
+            // Ranged reads (4 MiB, 2 in flight) were 30x slower against moto, which copies the
+            // object for every range; a HEAD before every GET doubled the requests of a no-op
+            // against a remote (benches/RESULTS.md, issue 28).
+            let Some((stream, _)) = self.open_read(&path, &object).await? else {
+                return Ok(None);
             };
-            self.regular_file(&meta, &object)?;
-            let reader = self
-                .op
-                .reader_with(&path)
-                .await
-                .map_err(self.backend_error("open", object.clone()))?;
-            let size = meta.content_length();
-            let stream = reader
-                .into_bytes_stream(0..size)
-                .await
-                .map_err(self.backend_error("read", object.clone()))?;
-            Ok(Some(self.body(stream, object, size)))
+            Ok(Some(self.body(stream, object, size.unwrap_or(u64::MAX))))
         }
         .boxed()
     }
@@ -392,14 +426,13 @@ impl RemoteBackend for OpendalCache {
         async move {
             let path = action_path(&key);
             let object = format!("action entry {key}");
-            // Stat first: an oversized object is not an entry and is not read into memory.
-            let meta = match self.op.stat(&path).await {
-                Ok(m) => m,
-                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(self.backend_error("stat", object)(e)),
+            // One GET: the size the response declares is checked before its body is read, and
+            // what arrives is cut off past it (or past MAX_ENTRY_BYTES when none is declared):
+            // a server that declares 769 bytes and sends 2 GiB costs 770.
+            let Some((body, declared)) = self.open_read(&path, &object).await? else {
+                return Ok(None);
             };
-            self.regular_file(&meta, &object)?;
-            let size = meta.content_length();
+            let size = declared.unwrap_or(MAX_ENTRY_BYTES);
             if size > MAX_ENTRY_BYTES {
                 return Err(RemoteError::BadEntry {
                     key,
@@ -407,18 +440,6 @@ impl RemoteBackend for OpendalCache {
                     reason: format!("{size} bytes is too large for an action entry"),
                 });
             }
-            // Streamed and cut off past the stat's size: what arrives is what is bounded (a
-            // server whose HEAD says 769 bytes may send 2 GiB on GET).
-            let body = match self.op.reader_with(&path).await {
-                Ok(reader) => reader.into_bytes_stream(0..size).await,
-                Err(e) => Err(e),
-            };
-            let body = match body {
-                Ok(body) => body,
-                // Removed between the stat and the read (gc on the server): a miss.
-                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(self.backend_error("read", object)(e)),
-            };
             let body = self.body(body, object.clone(), size);
             let (name, timeouts) = (&self.endpoint.name, self.endpoint.timeouts);
             BoundedBody::new(body, object, name, timeouts, size)

@@ -26,6 +26,7 @@
 //! such as a bearer token or an API key ([`connect`]).
 
 mod action;
+mod batch;
 mod bytestream;
 mod call;
 mod connect;
@@ -33,7 +34,7 @@ mod names;
 mod proto;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
@@ -41,6 +42,7 @@ use heddle_cache::Digest;
 use tonic::{Code, Status};
 
 use self::action::{action_key, action_result, stored_entry, ENTRY_PATH};
+use self::batch::ReadBatches;
 use self::bytestream::Target;
 use self::call::CallSite;
 use self::connect::Transport;
@@ -59,6 +61,11 @@ pub use self::connect::{ReapiHeaders, ReapiOptions, HEADERS_VAR};
 /// Blobs up to this size go in one batch call; larger ones stream over ByteStream. Well under
 /// gRPC's default 4 MiB message limit, which servers apply to batch requests too.
 pub const BATCH_MAX: u64 = 1024 * 1024;
+/// `GetActionResult` and `BatchReadBlobs` calls in flight at once, whatever the caller's
+/// concurrency: a server answers more calls at a time only up to its worker pool, then refuses
+/// with `RESOURCE_EXHAUSTED` (BuildGrid's default pool is 5 per core, at least 5), and a refusal
+/// that outlasts the retries turns the remote off for the run. Batching keeps the calls few.
+const CALLS_IN_FLIGHT: usize = 8;
 /// Tree-manifest sizes remembered from ActionResults (see [`ReapiCache::sizes`]); cleared past
 /// this many so a long run's memory stays bounded.
 const MAX_REMEMBERED_SIZES: usize = 100_000;
@@ -71,6 +78,10 @@ pub struct ReapiCache {
     /// by hash alone, and heddle's entry does not record a tree manifest's size; the
     /// ActionResult does, and `fetch_action` reads a manifest right after its entry.
     sizes: Mutex<HashMap<Digest, u64>>,
+    /// Small-blob reads of concurrent fetches, coalesced into few `BatchReadBlobs` calls.
+    reads: Arc<ReadBatches>,
+    /// One permit per read call in flight ([`CALLS_IN_FLIGHT`]), shared with `reads`.
+    calls: Arc<tokio::sync::Semaphore>,
 }
 
 impl ReapiCache {
@@ -84,11 +95,22 @@ impl ReapiCache {
         name: String,
         timeouts: Timeouts,
     ) -> Result<ReapiCache, RemoteError> {
+        let channel = connect::transport(authority, options, &name, timeouts)?;
+        let calls = Arc::new(tokio::sync::Semaphore::new(CALLS_IN_FLIGHT));
+        let reads = ReadBatches::new(
+            channel.clone(),
+            instance.to_string(),
+            name.clone(),
+            timeouts,
+            calls.clone(),
+        );
         Ok(ReapiCache {
-            channel: connect::transport(authority, options, &name, timeouts)?,
+            channel,
             instance: instance.to_string(),
             endpoint: Endpoint { name, timeouts },
             sizes: Mutex::default(),
+            reads: Arc::new(reads),
+            calls,
         })
     }
 
@@ -234,7 +256,8 @@ impl RemoteBackend for ReapiCache {
                 return bytestream::read(&self.target(), digest, size).await;
             }
             Ok(self
-                .batch_read(digest, size)
+                .reads
+                .read(digest, size)
                 .await?
                 .map(|data| futures_util::stream::iter([Ok(data)]).boxed()))
         }
@@ -274,11 +297,13 @@ impl RemoteBackend for ReapiCache {
                 inline_output_files: vec![ENTRY_PATH.to_string()],
                 digest_function: re::digest_function::Value::Sha256 as i32,
             };
+            let call = self.calls.acquire().await.expect("never closed");
             let answer = site
                 .unary(self.ac(), message, |mut ac, r| async move {
                     ac.get_action_result(r).await
                 })
                 .await;
+            drop(call);
             let result = match answer {
                 Ok(result) => result,
                 Err(RemoteError::Grpc { source, .. }) if source.code() == Code::NotFound => {
