@@ -93,16 +93,16 @@ contains() { [[ "$1" == *"$2"* ]]; }
 # The file's text without carriage returns.
 text() { tr -d '\r' <"$1"; }
 
-# The newest run record: `LABEL STATUS cached|ran` per instance.
+# The newest run record, read through heddle.exe (a record may refer to a base record for its
+# cache hits): `LABEL STATUS cached|ran` per instance.
 record() {
-  python3 - "$proj/.heddle/runs" <<'EOF'
-import json, os, sys
-d = sys.argv[1]
-rec = json.load(open(os.path.join(d, sorted(os.listdir(d))[-1])))
+  wine "$bin/heddle.exe" show last --json 2>/dev/null | tr -d '\r' | python3 -c '
+import json, sys
+rec = json.load(sys.stdin)
 print("run", rec["status"])
 for label, r in rec["instances"]:
     print(label, r["status"]["status"], "cached" if r.get("cached") else "ran")
-EOF
+'
 }
 in_record() { grep -qx "$1" <<<"$(record)"; }
 
