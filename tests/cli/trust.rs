@@ -54,6 +54,18 @@ impl Listener {
         self.seen.lock().unwrap().len()
     }
 
+    /// Whether a connection arrives within 20 s. heddle may have connected and exited before
+    /// the accept thread ran (the kernel completes the handshake from its backlog), and a
+    /// connection is counted only once its request is read, so the count can lag heddle's
+    /// exit on a loaded machine.
+    fn was_connected(&self) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while self.connections() == 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.connections() > 0
+    }
+
     fn received(&self) -> String {
         let seen = self.seen.lock().unwrap();
         seen.iter()
@@ -121,7 +133,7 @@ fn a_project_remote_gets_no_credentials_until_trusted() {
     std::fs::remove_dir_all(&p.cache).unwrap();
     let plan = heddle(&p, home.path(), &["plan", "p.toml"]).ok();
     assert_lacks(&plan.stderr, "not trusted");
-    assert!(evil.connections() > 0, "a trusted remote is asked");
+    assert!(evil.was_connected(), "a trusted remote is asked");
     assert_contains(&evil.received(), "canary-session-token");
     assert_contains(&evil.received(), "AKIACANARYKEYID");
 
@@ -179,7 +191,7 @@ fn a_project_cannot_redirect_the_users_own_remote() {
         "not trusted to choose where your credentials go",
     );
     assert_eq!(evil.connections(), 0, "{}", evil.received());
-    assert!(mine.connections() > 0, "the user's remote is used");
+    assert!(mine.was_connected(), "the user's remote is used");
     assert_lacks(&mine.received(), "PUT ");
 }
 
@@ -232,7 +244,7 @@ fn a_project_grpc_remote_is_not_contacted_until_trusted() {
     heddle(&p, home.path(), &["trust"]).ok();
     std::fs::remove_dir_all(&p.cache).unwrap();
     heddle(&p, home.path(), &["plan", "p.toml"]).ok();
-    assert!(evil.connections() > 0, "a trusted remote is asked");
+    assert!(evil.was_connected(), "a trusted remote is asked");
 }
 
 /// The project's hosts.toml names an engine: before `heddle trust` it is not contacted (the
@@ -262,5 +274,5 @@ fn a_project_engine_is_not_contacted_until_trusted() {
     heddle(&p, home.path(), &["trust"]).ok();
     let plan = heddle(&p, home.path(), &["plan", "p.toml"]);
     assert_lacks(&plan.stderr, "not trusted");
-    assert!(evil.connections() > 0, "a trusted engine is asked");
+    assert!(evil.was_connected(), "a trusted engine is asked");
 }
