@@ -233,9 +233,12 @@ impl ClusterExecutor {
                 key: self.job.key.to_string(),
             };
             let job = tokio::select! {
-                j = drv.poller.submit(submission) => j.map_err(|e| ExecError::Other(format!(
-                    "cluster {}: failed to submit: {e}", drv.cluster.name
-                )))?,
+                j = drv.poller.submit(submission) => j.map_err(|e| match e {
+                    EngineError::Unanswered { message } => ExecError::Other(message),
+                    e => ExecError::Other(format!(
+                        "cluster {}: failed to submit: {e}", drv.cluster.name
+                    )),
+                })?,
                 _ = cancel.graceful.cancelled() => return Ok(ExecOutcome::Cancelled),
             };
             self.place(&job.id, submissions);
@@ -243,6 +246,12 @@ impl ClusterExecutor {
                 Some(ended) => ended,
                 None => return Ok(ExecOutcome::Cancelled),
             };
+            if let JobState::Unanswered { why } = ended {
+                // Not resubmitted: the engine that lost track of this job takes no other.
+                // Its cancel goes out should the engine answer again while the run ends.
+                drv.poller.cancel(&job.id);
+                return Err(ExecError::Other(format!("job {}: {why}", job.id)));
+            }
             let why = match self.bring_back(&req, &job.id, &ended).await {
                 Back::Done(outcome) => return Ok(outcome),
                 Back::Infra(why) => why,
@@ -367,7 +376,8 @@ impl ClusterExecutor {
             let interrupted = tokio::select! {
                 r = state.changed() => {
                     if r.is_err() {
-                        return Some(JobState::Vanished);
+                        let last = state.borrow().clone();
+                        return Some(if last.is_live() { JobState::Vanished } else { last });
                     }
                     false
                 }
