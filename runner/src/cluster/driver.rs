@@ -6,8 +6,9 @@
 //!
 //! The cache entry decides the outcome, never the engine: COMPLETED without an entry is a lost
 //! job, resubmitted like a cancelled one, an evicted input or an unreachable cache (an
-//! infrastructure fault, up to the cluster's `retries`). Each resubmission publishes the
-//! description again, which uploads any blob the remote lost.
+//! infrastructure fault, up to the cluster's `retries`). The description is stored once per
+//! instance (`in/` hashed once) and pushed again with each resubmission, which uploads any
+//! blob the remote lost.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -219,10 +220,13 @@ impl ClusterExecutor {
             )));
         }
         let desc = self.describe(&req);
+        // Stored once (hashing `in/` is the costly part); pushed with each submission, which
+        // uploads only the blobs the remote lacks, so a resubmission restores what it lost.
+        let desc_key = self.store_description(&desc, &req).await?;
         let mut submissions = 0u32;
         loop {
             submissions += 1;
-            self.publish(&desc, &req).await?;
+            self.publish(desc_key).await?;
             let submission = Submission {
                 name: job_name(&self.job.key),
                 comment: format!("run {} {}", drv.run_id, self.job.label),
@@ -300,22 +304,35 @@ impl ClusterExecutor {
     }
 
     /// Store the description (with the laid-out inputs and the stage folder as its outputs)
-    /// and upload it: blobs first, the entry last, so a worker that finds it finds everything.
-    async fn publish(&self, desc: &Description, req: &ExecRequest) -> Result<(), ExecError> {
+    /// in the local store; its entry's key.
+    async fn store_description(
+        &self,
+        desc: &Description,
+        req: &ExecRequest,
+    ) -> Result<Digest, ExecError> {
         let drv = self.driver.clone();
         let (desc, sandbox, stage_dir) = (desc.clone(), req.sandbox.clone(), req.stage_dir.clone());
-        let key =
-            tokio::task::spawn_blocking(move || drv.store_description(&desc, &sandbox, stage_dir))
-                .await
-                .map_err(|e| ExecError::Other(e.to_string()))?
-                .map_err(ExecError::Other)?;
-        self.driver.shared.push(key).await.map(|_| ()).map_err(|e| {
-            ExecError::Other(format!(
-                "failed to publish the action to the shared cache {}: {}",
-                self.driver.shared.describe(),
-                e.message
-            ))
-        })
+        tokio::task::spawn_blocking(move || drv.store_description(&desc, &sandbox, stage_dir))
+            .await
+            .map_err(|e| ExecError::Other(e.to_string()))?
+            .map_err(ExecError::Other)
+    }
+
+    /// Upload the stored description: blobs the remote lacks first, the entry last, so a
+    /// worker that finds it finds everything.
+    async fn publish(&self, desc_key: Digest) -> Result<(), ExecError> {
+        self.driver
+            .shared
+            .push(desc_key)
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                ExecError::Other(format!(
+                    "failed to publish the action to the shared cache {}: {}",
+                    self.driver.shared.describe(),
+                    e.message
+                ))
+            })
     }
 
     /// The record's job: a new one with each submission.
