@@ -121,6 +121,8 @@ fn a_matrix_of_20_runs_through_slurm_byte_identical_to_a_local_run_and_reruns_as
     s.p.file("sweep.toml", &fixture("sweep.toml"));
     let run = s.run("sweep.toml", &[]).ok();
     assert_contains(&run.stderr, "cluster hpc (slurm): 22 jobs submitted (");
+    // Each worker stored its action on the shared cache: the driver's write-back adds nothing.
+    assert_contains(&run.stderr, " fetched, 0 uploaded");
     let rec = s.record();
     let score = instance(&rec, "score[i=7]");
     assert_eq!(score["job"]["engine"], "slurm");

@@ -47,6 +47,9 @@ pub struct Driver {
     run_id: String,
     /// Stage folders already stored, by path.
     stage_dirs: Mutex<HashMap<PathBuf, OutputEntry>>,
+    /// Actions whose entry this driver fetched from the shared cache, where the worker had
+    /// stored it (blobs first, the entry last): the run's write-back need not push them.
+    on_remote: Mutex<HashMap<Digest, BTreeMap<String, OutputEntry>>>,
     /// What the user reads whatever the progress display (a resubmission, a long wait).
     tell: Arc<dyn Fn(String) + Send + Sync>,
 }
@@ -117,6 +120,7 @@ impl Driver {
             worker_prefix,
             run_id: run_id.to_string(),
             stage_dirs: Mutex::default(),
+            on_remote: Mutex::default(),
         }
     }
 
@@ -134,6 +138,17 @@ impl Driver {
             },
             placed,
         )
+    }
+
+    /// Whether `entry`'s key and outputs are those of an entry this run read from the shared
+    /// cache (the worker stored it there, blobs first): pushing it again would only re-check
+    /// its blobs and overwrite the worker's entry. Any other output (or none read) is pushed.
+    pub fn on_remote(&self, entry: &ActionEntry) -> bool {
+        self.on_remote
+            .lock()
+            .expect("on_remote")
+            .get(&entry.key)
+            .is_some_and(|outputs| *outputs == entry.outputs)
     }
 
     /// Whether the engine can be reached at all, before the first job ([`Engine::ready`]).
@@ -444,6 +459,12 @@ impl ClusterExecutor {
             let names = self.job.outputs.keys().cloned().collect();
             match drv.shared.fetch(key, names).await {
                 Ok(Some(_)) => {
+                    if let Ok(Some(e)) = drv.store.lookup_action(&key) {
+                        drv.on_remote
+                            .lock()
+                            .expect("on_remote")
+                            .insert(key, e.outputs);
+                    }
                     let restored = self.restore(req, key, outcome.as_ref().map(|(_, e)| e), false);
                     return match restored {
                         Ok(()) => Back::Done(ExecOutcome::Exited(0)),
