@@ -413,6 +413,85 @@ mod tests {
         (s, oneshot::channel().0)
     }
 
+    /// An engine whose controller never answers a status query.
+    struct Silent;
+
+    impl Engine for Silent {
+        fn ready(&self) -> futures_util::future::BoxFuture<'_, Result<(), EngineError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn array_shape(&self, _s: &Submission) -> Option<Vec<String>> {
+            None
+        }
+        fn outcome_tag(&self, id: &str) -> String {
+            id.into()
+        }
+        fn submit<'a>(
+            &'a self,
+            _s: &'a Submission,
+        ) -> futures_util::future::BoxFuture<'a, Result<super::super::engine::Submitted, EngineError>>
+        {
+            unreachable!("nothing is submitted before a query answers")
+        }
+        fn submit_array<'a>(
+            &'a self,
+            _subs: &'a [&'a Submission],
+            _name: &'a str,
+        ) -> futures_util::future::BoxFuture<'a, Result<String, EngineError>> {
+            unreachable!("no arrays")
+        }
+        fn query<'a>(
+            &'a self,
+            _names: &'a [String],
+        ) -> futures_util::future::BoxFuture<'a, Result<Vec<JobRow>, EngineError>> {
+            Box::pin(async {
+                Err(EngineError::Refused {
+                    program: "squeue",
+                    message: "Unable to contact slurm controller (connect failure)".into(),
+                })
+            })
+        }
+        fn cancel<'a>(
+            &'a self,
+            _ids: &'a [String],
+        ) -> futures_util::future::BoxFuture<'a, Result<(), EngineError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn sweep(&self) -> futures_util::future::BoxFuture<'_, Result<(), EngineError>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_submission_fails_once_the_controller_is_silent_past_the_limit() {
+        let mut cluster = poller().cluster.clone();
+        cluster.poll_interval = Duration::from_millis(10);
+        cluster.unreachable_limit = Duration::from_millis(50);
+        let said = Arc::new(Mutex::new(Vec::new()));
+        let sink = said.clone();
+        let p = Poller::new(
+            cluster,
+            Arc::new(Silent),
+            Arc::new(move |m| sink.lock().unwrap().push(m)),
+        );
+        let (s, _) = sub("heddle-a", 1);
+        let err = match tokio::time::timeout(Duration::from_secs(30), p.submit(s)).await {
+            Ok(Err(e)) => e.to_string(),
+            Ok(Ok(_)) => panic!("submitted without an answer"),
+            Err(_) => panic!("the submission waits forever"),
+        };
+        assert!(
+            err.starts_with("cluster hpc (slurm) did not answer status queries for "),
+            "{err}"
+        );
+        assert!(
+            err.ends_with("; the last error: `squeue` refused: Unable to contact slurm controller (connect failure)"),
+            "{err}"
+        );
+        // Warned once, when the outage began.
+        assert_eq!(said.lock().unwrap().len(), 1, "{:?}", said.lock().unwrap());
+    }
+
     #[test]
     fn same_shaped_submissions_become_one_array_and_a_live_name_stays_single() {
         let p = poller();
