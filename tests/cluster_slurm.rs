@@ -121,6 +121,8 @@ fn a_matrix_of_20_runs_through_slurm_byte_identical_to_a_local_run_and_reruns_as
     s.p.file("sweep.toml", &fixture("sweep.toml"));
     let run = s.run("sweep.toml", &[]).ok();
     assert_contains(&run.stderr, "cluster hpc (slurm): 22 jobs submitted (");
+    // Each worker stored its action on the shared cache: the driver's write-back adds nothing.
+    assert_contains(&run.stderr, " fetched, 0 uploaded");
     let rec = s.record();
     let score = instance(&rec, "score[i=7]");
     assert_eq!(score["job"]["engine"], "slurm");
@@ -294,6 +296,84 @@ fn a_job_cancelled_from_outside_is_retried_once_then_reported() {
         "without a result in the shared cache (a lost job); gave up after 2 job(s) on cluster hpc",
     );
     assert_contains(err, &format!("job {} ended CANCELLED", acted[3]));
+}
+
+/// Processes started for this cluster (their environment names its `SLURM_CONF`) other than
+/// its daemons: the driver, a worker, a client command still waiting on the controller.
+fn leftovers(s: &Setup) -> Vec<String> {
+    let needle = format!("SLURM_CONF={}\0", s.slurm.conf.display());
+    let mut left = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let pid = e.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) || pid == std::process::id().to_string() {
+            continue;
+        }
+        let Ok(env) = std::fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        let comm = comm.trim();
+        let daemon = comm.starts_with("slurm") || comm.starts_with("munge");
+        if !daemon && String::from_utf8_lossy(&env).contains(&needle) {
+            left.push(format!("{pid} {comm}"));
+        }
+    }
+    left
+}
+
+#[test]
+fn a_controller_that_stops_answering_fails_the_run_instead_of_hanging_it() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Held, the job waits for the test, which then stops slurmctld: every status query fails.
+    let Some(s) = setup(
+        "slurmctld stopped mid-run",
+        "gpu:2,hailo:1",
+        "sbatch_args = [\"--hold\"]\nunreachable_limit = \"2s\"\n",
+    ) else {
+        return;
+    };
+    s.p.file(
+        "chain.toml",
+        &fixture("chain.toml").replace("__NONCE__", "ctld"),
+    );
+    let mut child = s
+        .run_cmd("chain.toml")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut held = None;
+    wait_for("a held job", Duration::from_secs(60), || {
+        held = s
+            .slurm
+            .jobs()
+            .into_iter()
+            .find(|j| j[2] == "PENDING" && j[3] == "JobHeldUser");
+        held.is_some()
+    });
+    let id = held.unwrap()[0].clone();
+    s.slurm.stop_controller();
+    let status = wait_ended(
+        &mut child,
+        Duration::from_secs(180),
+        "heddle without slurmctld",
+    );
+    assert_ne!(status.code(), Some(0));
+    let rec = s.record();
+    let make = instance(&rec, "make");
+    assert_eq!(make["status"]["status"], "failed");
+    let err = make["status"]["error"].as_str().unwrap();
+    assert_contains(
+        err,
+        &format!("job {id}: cluster hpc (slurm) did not answer status queries for "),
+    );
+    assert_contains(err, "; the last error: ");
+    assert_ne!(instance(&rec, "use")["status"]["status"], "ok");
+    wait_for(
+        "no process of the run left",
+        Duration::from_secs(30),
+        || leftovers(&s).is_empty(),
+    );
 }
 
 #[test]

@@ -82,6 +82,16 @@ impl Slurm {
             .collect()
     }
 
+    /// Stop slurmctld alone, as if it crashed; the guard still stops the rest.
+    pub fn stop_controller(&self) {
+        let out = Command::new("bash")
+            .arg(repo_root().join("tests/support/slurm.sh"))
+            .args(["stop-controller", &self.dir.path().to_string_lossy()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "slurm.sh stop-controller failed");
+    }
+
     pub fn path(&self) -> &Path {
         self.dir.path()
     }

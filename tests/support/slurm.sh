@@ -5,6 +5,7 @@
 #
 #   bash tests/support/slurm.sh start DIR PORT [GRES]   # prints nothing; SLURM_CONF=DIR/etc/slurm.conf
 #   bash tests/support/slurm.sh stop DIR
+#   bash tests/support/slurm.sh stop-controller DIR
 #
 # GRES default "gpu:2,hailo:1": a gpu gets fake device files (gres/gpu drops a GPU without
 # File=), other names are count-only. Derived from ../shared/docs/slurm-single-node.sh, minus
@@ -136,5 +137,8 @@ case "$cmd" in
     stop_pid slurmctld
     stop_pid munged
     ;;
-  *) echo "usage: $0 start|stop DIR [PORT] [GRES]" >&2; exit 2 ;;
+  stop-controller)  # slurmctld only, as if it crashed: jobs stay where they were
+    stop_pid slurmctld
+    ;;
+  *) echo "usage: $0 start|stop|stop-controller DIR [PORT] [GRES]" >&2; exit 2 ;;
 esac

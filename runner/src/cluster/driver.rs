@@ -6,8 +6,9 @@
 //!
 //! The cache entry decides the outcome, never the engine: COMPLETED without an entry is a lost
 //! job, resubmitted like a cancelled one, an evicted input or an unreachable cache (an
-//! infrastructure fault, up to the cluster's `retries`). Each resubmission publishes the
-//! description again, which uploads any blob the remote lost.
+//! infrastructure fault, up to the cluster's `retries`). The description is stored once per
+//! instance (`in/` hashed once) and pushed again with each resubmission, which uploads any
+//! blob the remote lost.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -46,6 +47,9 @@ pub struct Driver {
     run_id: String,
     /// Stage folders already stored, by path.
     stage_dirs: Mutex<HashMap<PathBuf, OutputEntry>>,
+    /// Actions whose entry this driver fetched from the shared cache, where the worker had
+    /// stored it (blobs first, the entry last): the run's write-back need not push them.
+    on_remote: Mutex<HashMap<Digest, BTreeMap<String, OutputEntry>>>,
     /// What the user reads whatever the progress display (a resubmission, a long wait).
     tell: Arc<dyn Fn(String) + Send + Sync>,
 }
@@ -116,6 +120,7 @@ impl Driver {
             worker_prefix,
             run_id: run_id.to_string(),
             stage_dirs: Mutex::default(),
+            on_remote: Mutex::default(),
         }
     }
 
@@ -133,6 +138,17 @@ impl Driver {
             },
             placed,
         )
+    }
+
+    /// Whether `entry`'s key and outputs are those of an entry this run read from the shared
+    /// cache (the worker stored it there, blobs first): pushing it again would only re-check
+    /// its blobs and overwrite the worker's entry. Any other output (or none read) is pushed.
+    pub fn on_remote(&self, entry: &ActionEntry) -> bool {
+        self.on_remote
+            .lock()
+            .expect("on_remote")
+            .get(&entry.key)
+            .is_some_and(|outputs| *outputs == entry.outputs)
     }
 
     /// Whether the engine can be reached at all, before the first job ([`Engine::ready`]).
@@ -219,10 +235,13 @@ impl ClusterExecutor {
             )));
         }
         let desc = self.describe(&req);
+        // Stored once (hashing `in/` is the costly part); pushed with each submission, which
+        // uploads only the blobs the remote lacks, so a resubmission restores what it lost.
+        let desc_key = self.store_description(&desc, &req).await?;
         let mut submissions = 0u32;
         loop {
             submissions += 1;
-            self.publish(&desc, &req).await?;
+            self.publish(desc_key).await?;
             let submission = Submission {
                 name: job_name(&self.job.key),
                 comment: format!("run {} {}", drv.run_id, self.job.label),
@@ -233,9 +252,12 @@ impl ClusterExecutor {
                 key: self.job.key.to_string(),
             };
             let job = tokio::select! {
-                j = drv.poller.submit(submission) => j.map_err(|e| ExecError::Other(format!(
-                    "cluster {}: failed to submit: {e}", drv.cluster.name
-                )))?,
+                j = drv.poller.submit(submission) => j.map_err(|e| match e {
+                    EngineError::Unanswered { message } => ExecError::Other(message),
+                    e => ExecError::Other(format!(
+                        "cluster {}: failed to submit: {e}", drv.cluster.name
+                    )),
+                })?,
                 _ = cancel.graceful.cancelled() => return Ok(ExecOutcome::Cancelled),
             };
             self.place(&job.id, submissions);
@@ -243,6 +265,12 @@ impl ClusterExecutor {
                 Some(ended) => ended,
                 None => return Ok(ExecOutcome::Cancelled),
             };
+            if let JobState::Unanswered { why } = ended {
+                // Not resubmitted: the engine that lost track of this job takes no other.
+                // Its cancel goes out should the engine answer again while the run ends.
+                drv.poller.cancel(&job.id);
+                return Err(ExecError::Other(format!("job {}: {why}", job.id)));
+            }
             let why = match self.bring_back(&req, &job.id, &ended).await {
                 Back::Done(outcome) => return Ok(outcome),
                 Back::Infra(why) => why,
@@ -291,22 +319,35 @@ impl ClusterExecutor {
     }
 
     /// Store the description (with the laid-out inputs and the stage folder as its outputs)
-    /// and upload it: blobs first, the entry last, so a worker that finds it finds everything.
-    async fn publish(&self, desc: &Description, req: &ExecRequest) -> Result<(), ExecError> {
+    /// in the local store; its entry's key.
+    async fn store_description(
+        &self,
+        desc: &Description,
+        req: &ExecRequest,
+    ) -> Result<Digest, ExecError> {
         let drv = self.driver.clone();
         let (desc, sandbox, stage_dir) = (desc.clone(), req.sandbox.clone(), req.stage_dir.clone());
-        let key =
-            tokio::task::spawn_blocking(move || drv.store_description(&desc, &sandbox, stage_dir))
-                .await
-                .map_err(|e| ExecError::Other(e.to_string()))?
-                .map_err(ExecError::Other)?;
-        self.driver.shared.push(key).await.map(|_| ()).map_err(|e| {
-            ExecError::Other(format!(
-                "failed to publish the action to the shared cache {}: {}",
-                self.driver.shared.describe(),
-                e.message
-            ))
-        })
+        tokio::task::spawn_blocking(move || drv.store_description(&desc, &sandbox, stage_dir))
+            .await
+            .map_err(|e| ExecError::Other(e.to_string()))?
+            .map_err(ExecError::Other)
+    }
+
+    /// Upload the stored description: blobs the remote lacks first, the entry last, so a
+    /// worker that finds it finds everything.
+    async fn publish(&self, desc_key: Digest) -> Result<(), ExecError> {
+        self.driver
+            .shared
+            .push(desc_key)
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                ExecError::Other(format!(
+                    "failed to publish the action to the shared cache {}: {}",
+                    self.driver.shared.describe(),
+                    e.message
+                ))
+            })
     }
 
     /// The record's job: a new one with each submission.
@@ -367,7 +408,8 @@ impl ClusterExecutor {
             let interrupted = tokio::select! {
                 r = state.changed() => {
                     if r.is_err() {
-                        return Some(JobState::Vanished);
+                        let last = state.borrow().clone();
+                        return Some(if last.is_live() { JobState::Vanished } else { last });
                     }
                     false
                 }
@@ -417,6 +459,12 @@ impl ClusterExecutor {
             let names = self.job.outputs.keys().cloned().collect();
             match drv.shared.fetch(key, names).await {
                 Ok(Some(_)) => {
+                    if let Ok(Some(e)) = drv.store.lookup_action(&key) {
+                        drv.on_remote
+                            .lock()
+                            .expect("on_remote")
+                            .insert(key, e.outputs);
+                    }
                     let restored = self.restore(req, key, outcome.as_ref().map(|(_, e)| e), false);
                     return match restored {
                         Ok(()) => Back::Done(ExecOutcome::Exited(0)),

@@ -99,6 +99,11 @@ pub enum JobState {
     },
     /// No longer listed (purged after `MinJobAge`, or the controller lost it).
     Vanished,
+    /// The engine stopped answering status queries for longer than the cluster's
+    /// `unreachable_limit`: the job's fate is unknown and the run stops waiting for it.
+    Unanswered {
+        why: String,
+    },
 }
 
 impl JobState {
@@ -126,6 +131,9 @@ pub enum EngineError {
     /// text: one error reaches every instance of an array, so it must be `Clone`).
     #[error("failed to {op}: {message}")]
     Api { op: String, message: String },
+    /// Status queries failed for longer than the cluster's `unreachable_limit`.
+    #[error("{message}")]
+    Unanswered { message: String },
 }
 
 impl EngineError {

@@ -106,11 +106,16 @@ pub fn job_manifest(j: &PodJob) -> Value {
                     ],
                     // The Job's uid, which the Job controller puts on its pod: a Job replaced
                     // under the same name is another attempt, with an outcome of its own.
+                    // The node, for the outcome and so the run record: the downward API says
+                    // it at no request (a pod's hostname is its own name, not the node's).
                     "env": [{
                         "name": "HEDDLE_JOB_UID",
                         "valueFrom": { "fieldRef": {
                             "fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']",
                         } },
+                    }, {
+                        "name": "HEDDLE_NODE",
+                        "valueFrom": { "fieldRef": { "fieldPath": "spec.nodeName" } },
                     }],
                     "resources": { "limits": limits },
                     "volumeMounts": [{ "name": "heddle-cache", "mountPath": "/heddle-cache" }],

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
 
 use tokio::sync::{oneshot, watch};
 
@@ -56,8 +57,8 @@ pub struct Poller {
     pending: Mutex<Pending>,
     jobs: Mutex<HashMap<String, Tracked>>,
     started: Mutex<bool>,
-    /// The last status query failed.
-    failing: std::sync::atomic::AtomicBool,
+    /// Since when status queries fail without a break, and the last one's error.
+    failing: Mutex<Option<(Instant, EngineError)>>,
     pub counts: Counts,
     warn: Arc<dyn Fn(String) + Send + Sync>,
 }
@@ -145,21 +146,33 @@ impl Poller {
         self.counts.queries.fetch_add(1, Ordering::Relaxed);
         let rows = match self.engine.query(&names).await {
             Ok(rows) => {
-                if self.failing.swap(false, Ordering::Relaxed) {
+                if self.failing.lock().expect("failing").take().is_some() {
                     (self.warn)(format!("cluster {}: answering again", self.cluster.name));
                 }
                 rows
             }
             Err(e) => {
                 // A controller that does not answer this tick may answer the next: the jobs
-                // keep their last state, and submissions wait. Said once per outage.
-                if !self.failing.swap(true, Ordering::Relaxed) {
-                    (self.warn)(format!(
-                        "warning: cluster {}: {e} (the run waits for it; Ctrl-C to stop)",
-                        self.cluster.name
-                    ));
+                // keep their last state, and submissions wait, up to `unreachable_limit`.
+                let since = {
+                    let mut failing = self.failing.lock().expect("failing");
+                    let first = failing.is_none();
+                    let since = failing.as_ref().map_or_else(Instant::now, |(t, _)| *t);
+                    *failing = Some((since, e.clone()));
+                    if first {
+                        (self.warn)(format!(
+                            "warning: cluster {}: {e} (the run waits up to {} for it; Ctrl-C to stop)",
+                            self.cluster.name,
+                            humantime::format_duration(self.cluster.unreachable_limit)
+                        ));
+                    }
+                    since
+                };
+                if since.elapsed() >= self.cluster.unreachable_limit {
+                    self.give_up(submits, since, &e);
+                } else {
+                    self.pending.lock().expect("p").submits.extend(submits);
                 }
-                self.pending.lock().expect("p").submits.extend(submits);
                 return;
             }
         };
@@ -176,6 +189,28 @@ impl Poller {
         }
         for group in arrays {
             self.submit_array(group).await;
+        }
+    }
+
+    /// The engine has not answered for `unreachable_limit`: every waiting submission fails
+    /// and every tracked job ends as [`JobState::Unanswered`], so no wait hangs on it. Their
+    /// cancels still go out on later ticks, should the engine come back while the run ends.
+    fn give_up(&self, submits: Vec<(Submission, Reply)>, since: Instant, last: &EngineError) {
+        let why = format!(
+            "cluster {} ({}) did not answer status queries for {} s; the last error: {last}",
+            self.cluster.name,
+            self.cluster.kind.as_str(),
+            since.elapsed().as_secs()
+        );
+        for (_, reply) in submits {
+            let _ = reply.send(Err(EngineError::Unanswered {
+                message: why.clone(),
+            }));
+        }
+        let jobs = std::mem::take(&mut *self.jobs.lock().expect("jobs"));
+        for (_, t) in jobs {
+            t.state
+                .send_replace(JobState::Unanswered { why: why.clone() });
         }
     }
 
@@ -352,6 +387,7 @@ mod tests {
             gres: BTreeSet::from(["hailo".into()]),
             poll_interval: Duration::from_secs(1),
             pending_limit: Duration::from_secs(600),
+            unreachable_limit: Duration::from_secs(600),
             retries: 1,
             heddle: None,
             worker_cache: None,
@@ -375,6 +411,85 @@ mod tests {
             key: name.into(),
         };
         (s, oneshot::channel().0)
+    }
+
+    /// An engine whose controller never answers a status query.
+    struct Silent;
+
+    impl Engine for Silent {
+        fn ready(&self) -> futures_util::future::BoxFuture<'_, Result<(), EngineError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn array_shape(&self, _s: &Submission) -> Option<Vec<String>> {
+            None
+        }
+        fn outcome_tag(&self, id: &str) -> String {
+            id.into()
+        }
+        fn submit<'a>(
+            &'a self,
+            _s: &'a Submission,
+        ) -> futures_util::future::BoxFuture<'a, Result<super::super::engine::Submitted, EngineError>>
+        {
+            unreachable!("nothing is submitted before a query answers")
+        }
+        fn submit_array<'a>(
+            &'a self,
+            _subs: &'a [&'a Submission],
+            _name: &'a str,
+        ) -> futures_util::future::BoxFuture<'a, Result<String, EngineError>> {
+            unreachable!("no arrays")
+        }
+        fn query<'a>(
+            &'a self,
+            _names: &'a [String],
+        ) -> futures_util::future::BoxFuture<'a, Result<Vec<JobRow>, EngineError>> {
+            Box::pin(async {
+                Err(EngineError::Refused {
+                    program: "squeue",
+                    message: "Unable to contact slurm controller (connect failure)".into(),
+                })
+            })
+        }
+        fn cancel<'a>(
+            &'a self,
+            _ids: &'a [String],
+        ) -> futures_util::future::BoxFuture<'a, Result<(), EngineError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn sweep(&self) -> futures_util::future::BoxFuture<'_, Result<(), EngineError>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_submission_fails_once_the_controller_is_silent_past_the_limit() {
+        let mut cluster = poller().cluster.clone();
+        cluster.poll_interval = Duration::from_millis(10);
+        cluster.unreachable_limit = Duration::from_millis(50);
+        let said = Arc::new(Mutex::new(Vec::new()));
+        let sink = said.clone();
+        let p = Poller::new(
+            cluster,
+            Arc::new(Silent),
+            Arc::new(move |m| sink.lock().unwrap().push(m)),
+        );
+        let (s, _) = sub("heddle-a", 1);
+        let err = match tokio::time::timeout(Duration::from_secs(30), p.submit(s)).await {
+            Ok(Err(e)) => e.to_string(),
+            Ok(Ok(_)) => panic!("submitted without an answer"),
+            Err(_) => panic!("the submission waits forever"),
+        };
+        assert!(
+            err.starts_with("cluster hpc (slurm) did not answer status queries for "),
+            "{err}"
+        );
+        assert!(
+            err.ends_with("; the last error: `squeue` refused: Unable to contact slurm controller (connect failure)"),
+            "{err}"
+        );
+        // Warned once, when the outage began.
+        assert_eq!(said.lock().unwrap().len(), 1, "{:?}", said.lock().unwrap());
     }
 
     #[test]

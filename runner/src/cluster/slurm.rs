@@ -297,6 +297,7 @@ mod tests {
             gres: BTreeSet::from(["gpu".into(), "hailo".into()]),
             poll_interval: Duration::from_secs(1),
             pending_limit: Duration::from_secs(600),
+            unreachable_limit: Duration::from_secs(600),
             retries: 1,
             heddle: None,
             worker_cache: None,

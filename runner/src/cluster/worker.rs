@@ -307,7 +307,12 @@ impl Worker {
     /// Store and upload the outcome under the job's key; the exit code.
     async fn report(&self, key: Digest, tag: &str, end: End, sb: Option<&Path>) -> i32 {
         // SLURM names the node; HOSTNAME may be the driver's (sbatch exports its environment).
-        let node = std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| crate::hostname::hostname());
+        // A Kubernetes pod's hostname is the pod's: its manifest passes `spec.nodeName`.
+        let node = std::env::var("SLURMD_NODENAME")
+            .or_else(|_| std::env::var("HEDDLE_NODE"))
+            .ok()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(crate::hostname::hostname);
         let (outcome, code, outputs) = match end {
             End::AlreadyThere => {
                 (self.log)(&format!(

@@ -29,6 +29,9 @@ pub struct Cluster {
     pub poll_interval: Duration,
     /// A job pending longer than this is reported with the scheduler's reason.
     pub pending_limit: Duration,
+    /// Status queries failing without a break for this long (the controller down, the API
+    /// server unreachable) end every live job's wait as an infrastructure fault.
+    pub unreachable_limit: Duration,
     /// Resubmissions after an infrastructure fault (a lost or cancelled job, an evicted input,
     /// an unreachable cache). A stage's own failure follows its `retries` instead.
     pub retries: u32,
@@ -88,6 +91,7 @@ pub(super) struct RawCluster {
     gres: Option<Vec<String>>,
     poll_interval: Option<Spanned<String>>,
     pending_limit: Option<Spanned<String>>,
+    unreachable_limit: Option<Spanned<String>>,
     retries: Option<u32>,
     heddle: Option<String>,
     worker_cache: Option<String>,
@@ -197,6 +201,11 @@ pub(super) fn check_cluster(
         "pending_limit",
         Duration::from_secs(600),
     );
+    let unreachable_limit = duration(
+        raw.unreachable_limit.as_ref(),
+        "unreachable_limit",
+        Duration::from_secs(600),
+    );
     match kind {
         Some(kind) if errors.is_empty() => {
             let (line, col) = src.line_col(name.span().start);
@@ -212,6 +221,7 @@ pub(super) fn check_cluster(
                     .unwrap_or_else(|| BTreeSet::from(["gpu".to_string()])),
                 poll_interval,
                 pending_limit,
+                unreachable_limit,
                 retries: raw.retries.unwrap_or(1),
                 heddle: raw.heddle,
                 worker_cache: raw.worker_cache,

@@ -346,7 +346,8 @@ mod tests {
     fn a_slurm_cluster_with_its_settings() {
         let c = parse_clusters(
             "[clusters.hpc]\nkind = \"slurm\"\npartition = \"gpu\"\naccount = \"ml\"\n\
-             sbatch_args = [\"--qos=low\"]\ngres = [\"gpu\", \"hailo\"]\npoll_interval = \"250ms\"\n",
+             sbatch_args = [\"--qos=low\"]\ngres = [\"gpu\", \"hailo\"]\npoll_interval = \"250ms\"\n\
+             unreachable_limit = \"30s\"\n",
         )
         .unwrap();
         let c = &c[0];
@@ -357,6 +358,8 @@ mod tests {
         assert_eq!(c.sbatch_args, vec!["--qos=low".to_string()]);
         assert_eq!(c.gres, BTreeSet::from(["gpu".into(), "hailo".into()]));
         assert_eq!(c.poll_interval, std::time::Duration::from_millis(250));
+        assert_eq!(c.unreachable_limit, std::time::Duration::from_secs(30));
+        assert_eq!(c.pending_limit, std::time::Duration::from_secs(600));
         assert_eq!(c.retries, 1);
         assert_eq!(c.defined_at, "hosts.toml:1:11");
     }

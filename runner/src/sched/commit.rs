@@ -9,6 +9,7 @@ use heddle_cache::{ActionEntry, Digest, KeyLock, Store};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::{oneshot, Semaphore};
 
+use crate::cluster::Driver;
 use crate::shared_cache::RemoteGate;
 
 use super::{blocking, Event};
@@ -30,6 +31,7 @@ pub(super) async fn commit_loop(
     mut rx: UnboundedReceiver<Commit>,
     events: UnboundedSender<Event>,
     remote: Option<Arc<RemoteGate>>,
+    cluster: Option<Arc<Driver>>,
 ) {
     let mut pushes = RemotePushes::new(remote);
     while let Some(first) = rx.recv().await {
@@ -60,7 +62,13 @@ pub(super) async fn commit_loop(
         if !entries.is_empty() {
             let st = store.clone();
             let n = entries.len();
-            let keys: Vec<Digest> = entries.iter().map(|e| e.key).collect();
+            // A cluster worker stored its action on the shared cache, blobs first and the
+            // entry last; one whose outputs the driver read back from there is not pushed again.
+            let keys: Vec<Digest> = entries
+                .iter()
+                .filter(|e| !cluster.as_ref().is_some_and(|c| c.on_remote(e)))
+                .map(|e| e.key)
+                .collect();
             let res = blocking(move || st.record_actions(&entries)).await;
             drop(locks);
             match res {

@@ -69,6 +69,7 @@ pub async fn run(ctx: Context, opts: RunOptions, events: UnboundedSender<Event>)
         commit_rx,
         events.clone(),
         opts.remote.clone(),
+        opts.cluster.clone(),
     ));
     let shared = Arc::new(Shared::new(ctx, opts, commit_tx, events));
     let mut walk = Walk::new(&plan);
