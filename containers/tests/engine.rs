@@ -135,6 +135,11 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
+/// A log for a failure message: a stream the container never wrote to has no file.
+fn read_if_written(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|_| "(no log: nothing written)".into())
+}
+
 /// Waits on the channel for a line, so tests act on what the container did, not on sleeps.
 async fn wait_for_line(rx: &mut mpsc::UnboundedReceiver<LogLine>, wanted: &str) {
     let found = tokio::time::timeout(Duration::from_secs(20), async {
@@ -343,8 +348,9 @@ async fn oom_is_reported() {
     let outcome = f.run(&spec).await;
     assert!(
         matches!(outcome, ContainerOutcome::OomKilled { .. }),
-        "{outcome:?}, stdout {:?}",
-        f.stdout()
+        "{outcome:?}, stdout {:?}, stderr {:?}",
+        read_if_written(&f.dir.path().join("logs/stdout.log")),
+        read_if_written(&f.dir.path().join("logs/stderr.log")),
     );
     assert_eq!(f.count().await, 0);
 }

@@ -213,10 +213,11 @@ impl Container<'_> {
     }
 
     /// Whether the engine marked the container OOM-killed. The daemon sets the flag when the
-    /// runtime's OOM event arrives, which under load can come after the exit itself: a SIGKILL
-    /// exit (137) is asked again for up to a second before it is called a plain exit.
+    /// runtime's OOM event arrives, which under load can come after the exit itself (more than
+    /// a second after it on a loaded 2-core CI machine): a SIGKILL exit (137) is asked again
+    /// for up to five seconds before it is called a plain exit. Only a 137 waits.
     async fn oom_killed(&self, code: i64) -> Result<bool, ContainerError> {
-        let tries = if code == 137 { 10 } else { 1 };
+        let tries = if code == 137 { 50 } else { 1 };
         for attempt in 0..tries {
             if attempt > 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
