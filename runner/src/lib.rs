@@ -14,6 +14,7 @@ pub mod diag;
 pub mod engine_units;
 pub mod event;
 pub mod exec;
+pub mod execution;
 pub mod explain;
 pub mod holder_file;
 pub mod host_pool;

@@ -17,11 +17,16 @@ pub struct RunOptions {
     pub run_id: String,
     /// The shared cache: asked on a local miss, given every action stored (readwrite mode).
     pub remote: Option<std::sync::Arc<crate::shared_cache::RemoteGate>>,
-    /// `--cluster NAME`: misses run as jobs on that cluster.
+    /// `--cluster NAME`: misses run as jobs on that cluster (but a stage's `cluster = false`).
     pub cluster: Option<std::sync::Arc<crate::cluster::Driver>>,
 }
 
 impl RunOptions {
+    /// The cluster `stage`'s misses run on: the run's, unless the stage says `cluster = false`.
+    pub fn cluster_for(&self, stage: &Stage) -> Option<&std::sync::Arc<crate::cluster::Driver>> {
+        self.cluster.as_ref().filter(|_| stage.settings.cluster)
+    }
+
     /// Whether `stage`'s instances may be served from the cache.
     pub fn may_use_cache(&self, stage: &Stage) -> bool {
         self.runs_regardless(stage).is_none()

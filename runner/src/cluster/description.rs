@@ -143,6 +143,10 @@ pub struct Outcome {
     /// The stage ran and exited 0, but what it left could not be stored (a missing or unsafe
     /// output, an input written through): the reason, as `heddle run` words it.
     pub collect_error: Option<String>,
+    /// Its class (`SecretInOutput`, `MissingOutput`, ...); absent from a worker that predates
+    /// it, when the driver reads it as `HeddleError`.
+    #[serde(default)]
+    pub collect_class: Option<crate::record::ErrorClass>,
     /// The node it ran on, as the node names itself.
     pub node: String,
 }

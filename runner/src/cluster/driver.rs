@@ -20,7 +20,8 @@ use heddle_cache::{error_chain, ActionEntry, Digest, OutputEntry, Store};
 use serde_json::json;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::description::{self as d, ContainerDesc, Description, EntryDesc, GpusDesc, Outcome};
+use super::bring_back::Back;
+use super::description::{self as d, ContainerDesc, Description, EntryDesc, GpusDesc};
 use super::engine::{Engine, EngineError, JobState, Submission};
 use super::kube_api::Kubernetes;
 use super::poll::Poller;
@@ -40,8 +41,8 @@ const CANCEL_WAIT: Duration = Duration::from_secs(30);
 pub struct Driver {
     pub cluster: Cluster,
     pub poller: Arc<Poller>,
-    shared: Arc<dyn SharedCache>,
-    store: Arc<Store>,
+    pub(super) shared: Arc<dyn SharedCache>,
+    pub(super) store: Arc<Store>,
     /// The worker's command line up to `worker`: binary, cache dir, remote.
     worker_prefix: String,
     run_id: String,
@@ -49,7 +50,7 @@ pub struct Driver {
     stage_dirs: Mutex<HashMap<PathBuf, OutputEntry>>,
     /// Actions whose entry this driver fetched from the shared cache, where the worker had
     /// stored it (blobs first, the entry last): the run's write-back need not push them.
-    on_remote: Mutex<HashMap<Digest, BTreeMap<String, OutputEntry>>>,
+    pub(super) on_remote: Mutex<HashMap<Digest, BTreeMap<String, OutputEntry>>>,
     /// What the user reads whatever the progress display (a resubmission, a long wait).
     tell: Arc<dyn Fn(String) + Send + Sync>,
 }
@@ -180,15 +181,9 @@ impl Driver {
 }
 
 pub struct ClusterExecutor {
-    driver: Arc<Driver>,
-    job: InstanceJob,
+    pub(super) driver: Arc<Driver>,
+    pub(super) job: InstanceJob,
     placed: Arc<Mutex<Option<JobRecord>>>,
-}
-
-/// How a job's end reads once the cache was asked.
-enum Back {
-    Done(ExecOutcome),
-    Infra(String),
 }
 
 impl Executor for ClusterExecutor {
@@ -273,6 +268,7 @@ impl ClusterExecutor {
             }
             let why = match self.bring_back(&req, &job.id, &ended).await {
                 Back::Done(outcome) => return Ok(outcome),
+                Back::Refused(class, message) => return Err(ExecError::Refused { class, message }),
                 Back::Infra(why) => why,
             };
             if submissions > drv.cluster.retries {
@@ -361,7 +357,7 @@ impl ClusterExecutor {
         });
     }
 
-    fn set_node(&self, node: &str) {
+    pub(super) fn set_node(&self, node: &str) {
         if let Some(r) = self.placed.lock().expect("placed").as_mut() {
             r.node = Some(node.to_string());
         }
@@ -427,154 +423,6 @@ impl ClusterExecutor {
                 return None;
             }
         }
-    }
-
-    /// Ask the cache how job `id` ended: the action's entry (success), else the worker's
-    /// outcome (the stage's failure, or an infrastructure fault), else a lost job.
-    async fn bring_back(&self, req: &ExecRequest, id: &str, ended: &JobState) -> Back {
-        let drv = &self.driver;
-        let key = self.job.key;
-        let tag = drv.poller.outcome_tag(id);
-        let okey = d::outcome_key(&key, &tag);
-        let unreachable = |e: crate::shared_cache::SharedCacheError| {
-            Back::Infra(format!(
-                "the shared cache {} failed: {}",
-                drv.shared.describe(),
-                e.message
-            ))
-        };
-        let outcome_names = d::outcome_outputs(self.job.outputs.keys());
-        let outcome = match d::fetch_allowing(drv.shared.as_ref(), &okey, &outcome_names).await {
-            Ok(Some(_)) => match self.read_outcome(okey) {
-                Ok(o) => Some(o),
-                Err(e) => return Back::Infra(e),
-            },
-            Ok(None) => None,
-            Err(e) => return unreachable(e),
-        };
-        if let Some((o, _)) = &outcome {
-            self.set_node(&o.node);
-        }
-        if self.job.entry.is_some() && self.job.reuse {
-            let names = self.job.outputs.keys().cloned().collect();
-            match drv.shared.fetch(key, names).await {
-                Ok(Some(_)) => {
-                    if let Ok(Some(e)) = drv.store.lookup_action(&key) {
-                        drv.on_remote
-                            .lock()
-                            .expect("on_remote")
-                            .insert(key, e.outputs);
-                    }
-                    let restored = self.restore(req, key, outcome.as_ref().map(|(_, e)| e), false);
-                    return match restored {
-                        Ok(()) => Back::Done(ExecOutcome::Exited(0)),
-                        Err(e) => Back::Infra(e),
-                    };
-                }
-                Ok(None) => {}
-                Err(e) => return unreachable(e),
-            }
-        }
-        let state = match ended {
-            JobState::Ended { state, .. } => state.clone(),
-            _ => "out of the queue".to_string(),
-        };
-        let Some((o, entry)) = outcome else {
-            return Back::Infra(format!(
-                "job {id} ended {state} without a result in the shared cache (a lost job)"
-            ));
-        };
-        if let Some(why) = o.infra {
-            return Back::Infra(format!("job {id} ({state}): {why}"));
-        }
-        let Some(exec) = &o.exec else {
-            return Back::Infra(format!("job {id} ({state}) reported no end"));
-        };
-        let exec = ExecOutcome::from(exec);
-        if exec == ExecOutcome::Cancelled {
-            return Back::Infra(format!("job {id} was stopped ({state})"));
-        }
-        // The outcome carries the outputs the worker could store; one it could not is missing
-        // from it, and the request's collection says which, as a local run would.
-        let outputs = exec == ExecOutcome::Exited(0);
-        match self.restore(req, key, Some(&entry), outputs) {
-            Ok(()) => Back::Done(exec),
-            Err(e) => Back::Infra(e),
-        }
-    }
-
-    fn read_outcome(&self, okey: Digest) -> Result<(Outcome, ActionEntry), String> {
-        let entry = self
-            .driver
-            .store
-            .lookup_action(&okey)
-            .map_err(|e| error_chain(&e))?
-            .ok_or("the outcome entry vanished from the local store")?;
-        let file = entry
-            .outputs
-            .get(d::OUTCOME_FILE)
-            .ok_or("the outcome entry has no outcome.json")?;
-        let bytes = std::fs::read(self.driver.store.blob_path(&file.digest()))
-            .map_err(|e| format!("failed to read the outcome: {e}"))?;
-        let o: Outcome = serde_json::from_slice(&bytes)
-            .map_err(|e| format!("the worker's outcome is not readable: {e}"))?;
-        Ok((o, entry))
-    }
-
-    /// The worker's logs, error and facts files where the request expects them, and the
-    /// outputs (from the action's entry, or from the outcome's) under `out/`.
-    fn restore(
-        &self,
-        req: &ExecRequest,
-        key: Digest,
-        outcome: Option<&ActionEntry>,
-        outputs_from_outcome: bool,
-    ) -> Result<(), String> {
-        let store = &self.driver.store;
-        let put = |entry: &OutputEntry, dest: &Path| -> Result<(), String> {
-            if let Some(parent) = dest.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
-            }
-            store.materialize(entry, dest).map_err(|e| error_chain(&e))
-        };
-        if let Some(o) = outcome {
-            let work = req.sandbox.join("work");
-            for (name, dest) in [
-                (d::OUTCOME_STDOUT, req.stdout_log.clone()),
-                (d::OUTCOME_STDERR, req.stderr_log.clone()),
-                (d::OUTCOME_ERROR, work.join(".heddle-error.json")),
-                (d::OUTCOME_FACTS, work.join(".heddle-facts.json")),
-            ] {
-                if let Some(e) = o.outputs.get(name) {
-                    put(e, &dest)?;
-                }
-            }
-        }
-        let outs: BTreeMap<String, OutputEntry> = if outputs_from_outcome {
-            outcome
-                .map(|o| {
-                    o.outputs
-                        .iter()
-                        .filter_map(|(k, v)| {
-                            k.strip_prefix(d::OUTCOME_OUT_PREFIX)
-                                .map(|n| (n.to_string(), v.clone()))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default()
-        } else {
-            store
-                .lookup_action(&key)
-                .map_err(|e| error_chain(&e))?
-                .map(|e| e.outputs)
-                .unwrap_or_default()
-        };
-        for (name, file) in &self.job.outputs {
-            if let Some(e) = outs.get(name) {
-                put(e, &req.sandbox.join("out").join(name).join(file))?;
-            }
-        }
-        Ok(())
     }
 }
 

@@ -10,6 +10,7 @@
 //! for every job. [`engine`] is what any engine must offer; [`slurm`] is SLURM's commands,
 //! [`kubernetes`] the Job manifest and [`kube_api`] the requests to a Kubernetes API server.
 
+mod bring_back;
 pub mod description;
 pub mod driver;
 pub mod engine;

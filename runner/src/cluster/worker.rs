@@ -17,17 +17,16 @@ use std::time::Instant;
 
 use heddle_cache::{error_chain, ActionEntry, Digest, OutputEntry, StatCache, Store};
 use serde_json::json;
-use tokio::sync::mpsc::unbounded_channel;
 
 use super::description::{
     self as d, ContainerDesc, Description, ExecEnd, GpusDesc, Outcome, EXIT_INFRA,
 };
 use crate::exec::docker::DockerExecutor;
-use crate::exec::failure::classify;
 use crate::exec::host::HostExecutor;
 use crate::exec::{
     base_env, Cancel, ContainerRequest, ExecOutcome, ExecRequest, Executor, Transfer,
 };
+use crate::execution;
 use crate::model::ByteSize;
 use crate::render::Command;
 use crate::shared_cache::SharedCache;
@@ -44,7 +43,8 @@ pub struct Worker {
 enum End {
     Ran {
         exec: ExecOutcome,
-        collect_error: Option<String>,
+        /// What the command left and was refused (never stored, never uploaded).
+        refused: Option<execution::Refused>,
         outputs: BTreeMap<String, OutputEntry>,
     },
     Infra(String),
@@ -120,11 +120,10 @@ impl Worker {
         };
         let req = request(&desc, &sb, &logs);
         let stderr = req.stderr_log.clone();
-        let (tx, mut rx) = unbounded_channel::<String>();
-        let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        let mask = req.mask.clone();
         let t0 = Instant::now();
-        let outcome = exec.execute(req, tx, cancel).await;
-        let _ = drain.await;
+        // The job's own output file gets progress lines, not the stage's: those are in its logs.
+        let outcome = execution::run(exec.as_ref(), req, cancel, |_line| {}).await;
         let exec_outcome = match outcome {
             Ok(o) => o,
             Err(e) => {
@@ -134,25 +133,26 @@ impl Worker {
                 )
             }
         };
-        if classify(&exec_outcome, &sb.join("work/.heddle-error.json"), &stderr).is_some() {
+        if execution::failure(&exec_outcome, &sb, &stderr, &mask).is_some() {
             return (
                 End::Ran {
                     exec: exec_outcome,
-                    collect_error: None,
+                    refused: None,
                     outputs: BTreeMap::new(),
                 },
                 Some(sb),
             );
         }
-        let (collect_error, outputs) = match self.collect(&desc, key, &sb, dir, &inputs, t0).await {
+        let collected = self.collect(&desc, key, &sb, dir, &inputs, &mask, t0);
+        let (refused, outputs) = match collected.await {
             Ok(outputs) => (None, outputs),
-            Err(Collect::Stage(why)) => (Some(why), BTreeMap::new()),
+            Err(Collect::Refused(why)) => (Some(why), BTreeMap::new()),
             Err(Collect::Infra(why)) => return (End::Infra(why), Some(sb)),
         };
         (
             End::Ran {
                 exec: exec_outcome,
-                collect_error,
+                refused,
                 outputs,
             },
             Some(sb),
@@ -248,8 +248,10 @@ impl Worker {
         Ok(input)
     }
 
-    /// The outputs into the node's store and, for a cacheable stage, the action's entry into
-    /// the shared cache (blobs first, the entry last).
+    /// The outputs into the node's store, checked as `heddle run` checks them (an input written
+    /// through, an output holding a secret: refused before anything is stored) and, for a
+    /// cacheable stage, the action's entry into the shared cache (blobs first, the entry last).
+    #[allow(clippy::too_many_arguments)] // the attempt's state, each computed once
     async fn collect(
         &self,
         desc: &Description,
@@ -257,26 +259,36 @@ impl Worker {
         sb: &Path,
         dir: &Path,
         inputs: &Option<OutputEntry>,
+        mask: &heddle_containers::Mask,
         t0: Instant,
     ) -> Result<BTreeMap<String, OutputEntry>, Collect> {
-        let (store, sb2, dir2, files, ins) = (
+        let (store, sb2, dir2, files, ins, mask, secrets) = (
             self.store.clone(),
             sb.to_path_buf(),
             dir.join("collected"),
             desc.outputs.clone(),
             inputs.clone(),
+            mask.clone(),
+            desc.secret_env.clone(),
         );
         let stats = StatCache::load(&dir.join("stat-cache"));
         let outputs = tokio::task::spawn_blocking(move || {
-            if let Some(e) = &ins {
-                store.check_fed(e).map_err(|e| Collect::Stage(format!(
+            let intact = || match &ins {
+                Some(e) => store.check_fed(e).map_err(|e| format!(
                     "an input was modified while the stage ran; inputs must be treated as read-only: {}",
                     error_chain(&e)
-                )))?;
-            }
-            crate::outputs::collect(&store, &stats, &sb2, &dir2, &files)
+                )),
+                None => Ok(()),
+            };
+            let what = execution::Collect {
+                files: &files,
+                dir: &dir2,
+                mask: &mask,
+                secret_names: &secrets,
+            };
+            execution::check_and_collect(&store, &stats, &sb2, &what, intact)
                 .map(|(outs, _)| outs)
-                .map_err(|(_, msg)| Collect::Stage(msg))
+                .map_err(Collect::Refused)
         })
         .await
         .map_err(|e| Collect::Infra(e.to_string()))??;
@@ -328,6 +340,7 @@ impl Worker {
                         exec: None,
                         infra: Some(why),
                         collect_error: None,
+                        collect_class: None,
                         node,
                     },
                     EXIT_INFRA,
@@ -336,11 +349,11 @@ impl Worker {
             }
             End::Ran {
                 exec,
-                collect_error,
+                refused,
                 outputs,
             } => {
                 let code = match &exec {
-                    ExecOutcome::Exited(0) if collect_error.is_none() => 0,
+                    ExecOutcome::Exited(0) if refused.is_none() => 0,
                     ExecOutcome::Exited(c) if (1..=255).contains(c) => *c as i32,
                     _ => 1,
                 };
@@ -348,7 +361,8 @@ impl Worker {
                     protocol: d::PROTOCOL,
                     exec: Some(ExecEnd::from(&exec)),
                     infra: None,
-                    collect_error,
+                    collect_class: refused.as_ref().map(|r| r.class.clone()),
+                    collect_error: refused.map(|r| r.message),
                     node,
                 };
                 (o, code, outputs)
@@ -401,8 +415,8 @@ impl Worker {
             for (name, path) in [
                 (d::OUTCOME_STDOUT, logs.join("stdout.log")),
                 (d::OUTCOME_STDERR, logs.join("stderr.log")),
-                (d::OUTCOME_ERROR, sb.join("work/.heddle-error.json")),
-                (d::OUTCOME_FACTS, sb.join("work/.heddle-facts.json")),
+                (d::OUTCOME_ERROR, execution::error_file(sb)),
+                (d::OUTCOME_FACTS, execution::facts_file(sb)),
             ] {
                 if path.is_file() {
                     outs.insert(
@@ -426,7 +440,7 @@ impl Worker {
 }
 
 enum Collect {
-    Stage(String),
+    Refused(execution::Refused),
     Infra(String),
 }
 
@@ -450,17 +464,9 @@ fn request(desc: &Description, sb: &Path, logs: &Path) -> ExecRequest {
             env.insert(k.clone(), v);
         }
     }
-    let text = |p: PathBuf| p.to_string_lossy().into_owned();
-    if desc.host_env {
-        env.insert(
-            "HEDDLE_ERROR_FILE".into(),
-            text(sb.join("work/.heddle-error.json")),
-        );
-        env.insert(
-            "HEDDLE_FACTS_FILE".into(),
-            text(sb.join("work/.heddle-facts.json")),
-        );
-    }
+    // The description's copies name the driver's sandbox token; these name this sandbox.
+    let [error, facts, ..] = execution::heddle_vars(sb, &desc.label, &desc.run_id);
+    env.extend([error, facts]);
     let stage_dir = sb.join("stage");
     ExecRequest {
         label: desc.label.clone(),

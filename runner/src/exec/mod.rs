@@ -105,6 +105,13 @@ pub enum ExecError {
     },
     #[error(transparent)]
     Container(#[from] heddle_containers::ContainerError),
+    /// The command exited 0 where its outputs were (a cluster's node), and what it left was
+    /// refused there before anything was stored ([`crate::execution::check_and_collect`]).
+    #[error("{message}")]
+    Refused {
+        class: crate::record::ErrorClass,
+        message: String,
+    },
     #[error("{0}")]
     Other(String),
 }

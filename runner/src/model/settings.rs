@@ -1,5 +1,5 @@
 //! The settings a stage inherits (stage > definition > `[defaults]`, see [`super::layers`]):
-//! `timeout`, `retries`, `allow_failure`, `cache`, `report`, `resources`, `env`, and the
+//! `timeout`, `retries`, `allow_failure`, `cache`, `cluster`, `report`, `resources`, `env`, and the
 //! merged `vars`, `pass_env` and `secret_env`. Each error points at the file the value was
 //! written in.
 
@@ -17,6 +17,8 @@ pub struct Settings {
     pub retries: u32,
     pub allow_failure: bool,
     pub cache: bool,
+    /// `cluster = false`: runs here even when the run uses a cluster.
+    pub cluster: bool,
     pub report: bool,
     pub resources: BTreeMap<String, u32>,
     pub env: Option<String>,
@@ -62,6 +64,7 @@ impl Loader {
             retries,
             allow_failure: layers.value(|s| s.allow_failure.as_ref()).unwrap_or(false),
             cache: layers.value(|s| s.cache.as_ref()).unwrap_or(true),
+            cluster: layers.value(|s| s.cluster.as_ref()).unwrap_or(true),
             report: layers.value(|s| s.report.as_ref()).unwrap_or(false),
             resources,
             env,

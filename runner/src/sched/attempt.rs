@@ -4,20 +4,19 @@
 //! collect its outputs.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use heddle_cache::{error_chain, OutputEntry};
 use serde_json::Value;
-use tokio::sync::mpsc::unbounded_channel;
 
-use crate::exec::failure::{classify, Failure};
-use crate::exec::{base_env, ExecOutcome, ExecRequest, Executor};
+use crate::exec::{base_env, ExecError, ExecOutcome, ExecRequest, Executor};
+use crate::execution;
 use crate::inputs::{member_ok_fn, Resolved};
 use crate::launch::Launch;
 use crate::names::path_segment;
-use crate::outputs::{collect, output_dir, relative_paths};
-use crate::record::{ErrorClass, InstanceRecord, StatusRecord};
+use crate::outputs::{output_dir, relative_paths};
+use crate::record::{InstanceRecord, StatusRecord};
 use crate::render::render;
 use crate::sandbox::{check_inputs, lay_out, Sandbox, SandboxError};
 
@@ -44,26 +43,29 @@ pub(super) async fn attempt_once(
     let stderr_log = req.stderr_log.clone();
     let mask = req.mask.clone();
     let t_exec = Instant::now();
-    let outcome = run(sh, id, exec, req).await;
+    let events = sh.events.clone();
+    let on_line = move |line| {
+        let _ = events.send(Event::Line { id, line });
+    };
+    let outcome = execution::run(exec, req, sh.cancel.clone(), on_line).await;
     tracing::debug!(label = %inst.label, ms = t_exec.elapsed().as_secs_f64() * 1e3, "executed");
     let t_collect = Instant::now();
-    read_facts(sh, id, &facts_file(&sb), record, &mask);
-    let outcome = outcome.map_err(|e| heddle_error(inst, error_chain(&e)))?;
-    if let Some(f) = classify(&outcome, &error_file(&sb), &stderr_log) {
-        let f = crate::secrets::mask_failure(f, &mask);
+    read_facts(sh, id, &execution::facts_file(&sb), record, &mask);
+    let outcome = match outcome {
+        Ok(o) => o,
+        // Refused where the outputs were (a cluster node): a stage failure, as here.
+        Err(ExecError::Refused { class, message }) => {
+            let refused = execution::Refused { class, message };
+            return Err(failed(inst, refused.into_failure(&stderr_log)));
+        }
+        Err(e) => return Err(heddle_error(inst, error_chain(&e))),
+    };
+    if let Some(f) = execution::failure(&outcome, &sb, &stderr_log, &mask) {
         return Err(match outcome {
             ExecOutcome::Cancelled => cancelled(inst, f),
             _ => failed(inst, f),
         });
     }
-    let tail = || crate::exec::output::tail_of(&stderr_log);
-    let failure = |class, error, exit_code| Failure {
-        class,
-        error,
-        exit_code,
-        at: None,
-        stderr_tail: tail(),
-    };
     let collected = check_and_collect(sh, id, inputs, sandbox, mask).await;
     tracing::debug!(label = %inst.label, ms = t_collect.elapsed().as_secs_f64() * 1e3, "collected");
     match collected {
@@ -71,28 +73,8 @@ pub(super) async fn attempt_once(
             record.output_paths = relative_paths(&sh.ctx.plan.pipeline.root, paths).into();
             Ok(outs)
         }
-        Err(Checked::InputModified(e)) => {
-            Err(failed(inst, failure(ErrorClass::InputModified, e, None)))
-        }
-        Err(Checked::Output(class, msg)) => Err(failed(inst, failure(class, msg, Some(0)))),
+        Err(refused) => Err(failed(inst, refused.into_failure(&stderr_log))),
     }
-}
-
-/// Why [`check_and_collect`] failed: an input was written through, or an output is missing or
-/// unsafe.
-enum Checked {
-    InputModified(String),
-    Output(ErrorClass, String),
-}
-
-/// Where the stage may name its own failure (`$HEDDLE_ERROR_FILE`).
-fn error_file(sb: &Path) -> PathBuf {
-    sb.join("work").join(".heddle-error.json")
-}
-
-/// Where the stage may report facts about where it ran (`$HEDDLE_FACTS_FILE`).
-fn facts_file(sb: &Path) -> PathBuf {
-    sb.join("work").join(".heddle-facts.json")
 }
 
 /// A sandbox from the pool with the inputs laid out in it.
@@ -200,34 +182,9 @@ fn environment(sh: &Shared, id: usize, launch: &Launch, sb: &Path) -> BTreeMap<S
         }
     }
     env.extend(stage.settings.vars.clone());
-    let path_text = |p: PathBuf| p.to_string_lossy().into_owned();
-    env.insert("HEDDLE_ERROR_FILE".into(), path_text(error_file(sb)));
-    env.insert(
-        "HEDDLE_INSTANCE".into(),
-        ctx.plan.instances[id].label.clone(),
-    );
-    env.insert("HEDDLE_FACTS_FILE".into(), path_text(facts_file(sb)));
-    env.insert("HEDDLE_RUN_ID".into(), sh.opts.run_id.clone());
+    let label = &ctx.plan.instances[id].label;
+    env.extend(execution::heddle_vars(sb, label, &sh.opts.run_id));
     env
-}
-
-/// Execute, forwarding each output line to the display.
-async fn run(
-    sh: &Shared,
-    id: usize,
-    exec: &dyn Executor,
-    req: ExecRequest,
-) -> Result<ExecOutcome, crate::exec::ExecError> {
-    let (ltx, mut lrx) = unbounded_channel::<String>();
-    let events = sh.events.clone();
-    let fwd = tokio::spawn(async move {
-        while let Some(line) = lrx.recv().await {
-            let _ = events.send(Event::Line { id, line });
-        }
-    });
-    let outcome = exec.execute(req, ltx, sh.cancel.clone()).await;
-    let _ = fwd.await;
-    outcome
 }
 
 /// Facts a stage reports about where it ran (a device's identity and firmware, say).
@@ -252,15 +209,15 @@ fn read_facts(
     }
 }
 
-/// Check that no input was written through its link, then store the declared outputs and
-/// materialise them, in one trip to the blocking pool; the sandbox goes back to its pool after.
+/// [`execution::check_and_collect`] on the blocking pool, the inputs checked as this sandbox
+/// laid them out; the sandbox goes back to its pool after.
 async fn check_and_collect(
     sh: &Shared,
     id: usize,
     inputs: &BTreeMap<String, Resolved>,
     sandbox: Sandbox,
     mask: heddle_containers::Mask,
-) -> Result<crate::outputs::Collected, Checked> {
+) -> Result<crate::outputs::Collected, execution::Refused> {
     let plan = &sh.ctx.plan;
     let (store, stats, ins) = (sh.ctx.store.clone(), sh.ctx.stats.clone(), inputs.clone());
     let stage = plan.stage_of(id);
@@ -268,22 +225,14 @@ async fn check_and_collect(
     let secret_names = stage.settings.secret_env.clone();
     let dir = output_dir(plan, &plan.instances[id].label);
     blocking(move || {
-        // A host stage sees its inputs as hard links to blobs: a write through one (as root the
-        // read-only mode does not stop it) must fail this stage and every stage that held the
-        // blob, before any of them stores a result.
-        check_inputs(&store, &ins).map_err(|e| Checked::InputModified(error_chain(&e)))?;
-        // A secret written into an output would be stored, materialised and uploaded.
-        if let Some(name) = crate::secrets::output_holding(sandbox.path(), &files, &mask) {
-            return Err(Checked::Output(
-                ErrorClass::SecretInOutput,
-                format!(
-                    "output `{name}` holds the value of a `secret_env` variable ({}); it is not stored",
-                    secret_names.join(", ")
-                ),
-            ));
-        }
-        let collected = collect(&store, &stats, sandbox.path(), &dir, &files)
-            .map_err(|(class, msg)| Checked::Output(class, msg));
+        let what = execution::Collect {
+            files: &files,
+            dir: &dir,
+            mask: &mask,
+            secret_names: &secret_names,
+        };
+        let intact = || check_inputs(&store, &ins).map_err(|e| error_chain(&e));
+        let collected = execution::check_and_collect(&store, &stats, sandbox.path(), &what, intact);
         drop(sandbox);
         collected
     })

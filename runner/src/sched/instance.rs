@@ -250,7 +250,8 @@ async fn hold_resources(sh: &Shared, id: usize) -> Result<Held<'_>, StatusRecord
     }
     let candidates = sh.ctx.placement.candidates(inst.stage);
     // A run on a cluster leaves placement to the cluster.
-    let (host, placed) = if candidates.is_empty() || sh.opts.cluster.is_some() {
+    let on_cluster = sh.opts.cluster_for(plan.stage_of(id)).is_some();
+    let (host, placed) = if candidates.is_empty() || on_cluster {
         (None, Vec::new())
     } else {
         let wants = &plan.stage_of(id).settings.resources;
@@ -273,7 +274,7 @@ async fn hold_resources(sh: &Shared, id: usize) -> Result<Held<'_>, StatusRecord
     // that host's pools (taken above), so it takes no local slot: a GPU box's stage does not
     // wait behind the laptop's own work.
     // A cluster's job is bounded by the cluster, and takes no local slot either.
-    let job = match host.is_some() || sh.opts.cluster.is_some() {
+    let job = match host.is_some() || on_cluster {
         true => None,
         false => tokio::select! {
             p = sh.jobs.acquire() => Some(p.expect("jobs open")),

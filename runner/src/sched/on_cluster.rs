@@ -25,7 +25,7 @@ pub(super) fn executor(
     let plan = &sh.ctx.plan;
     let stage = plan.stage_of(id);
     let (Some(driver), Some(key)) = (
-        &sh.opts.cluster,
+        sh.opts.cluster_for(stage),
         record
             .cache_key
             .as_deref()

@@ -153,6 +153,10 @@ pub struct RawStage {
     /// `false`: never served from the cache (device measurements), still recorded (default
     /// `true`).
     pub cache: Option<bool>,
+    /// `false`: runs on this machine even when the run hands its misses to a cluster
+    /// (`--cluster`, `[pipeline] cluster`): a stage that needs a device plugged in here, or a
+    /// quick one not worth a job (default `true`). Not part of any cache key.
+    pub cluster: Option<bool>,
     /// `true`: its Markdown outputs are report tables and its `*.plots.json` outputs plots
     /// (logbook entries, HTML reports, `heddle diff`, `heddle runs`).
     pub report: Option<bool>,

@@ -1,0 +1,182 @@
+//! How the driver reads a job's end: from the shared cache, never from the engine. The
+//! action's entry there is success; else the worker's outcome is the stage's failure (its logs
+//! and error file put where a local run's are), a refusal of what it left, or an
+//! infrastructure fault; neither is a lost job. What comes back is materialised into the
+//! request's sandbox and log paths, so the scheduler collects it as it collects a local run.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use heddle_cache::{error_chain, ActionEntry, Digest, OutputEntry};
+
+use super::description::{self as d, Outcome};
+use super::driver::ClusterExecutor;
+use super::engine::JobState;
+use crate::exec::{ExecOutcome, ExecRequest};
+
+/// How a job's end reads once the cache was asked.
+pub(super) enum Back {
+    Done(ExecOutcome),
+    /// The command exited 0 on the node and what it left was refused there.
+    Refused(crate::record::ErrorClass, String),
+    Infra(String),
+}
+
+impl ClusterExecutor {
+    /// Ask the cache how job `id` ended: the action's entry (success), else the worker's
+    /// outcome (the stage's failure, or an infrastructure fault), else a lost job.
+    pub(super) async fn bring_back(&self, req: &ExecRequest, id: &str, ended: &JobState) -> Back {
+        let drv = &self.driver;
+        let key = self.job.key;
+        let tag = drv.poller.outcome_tag(id);
+        let okey = d::outcome_key(&key, &tag);
+        let unreachable = |e: crate::shared_cache::SharedCacheError| {
+            Back::Infra(format!(
+                "the shared cache {} failed: {}",
+                drv.shared.describe(),
+                e.message
+            ))
+        };
+        let outcome_names = d::outcome_outputs(self.job.outputs.keys());
+        let outcome = match d::fetch_allowing(drv.shared.as_ref(), &okey, &outcome_names).await {
+            Ok(Some(_)) => match self.read_outcome(okey) {
+                Ok(o) => Some(o),
+                Err(e) => return Back::Infra(e),
+            },
+            Ok(None) => None,
+            Err(e) => return unreachable(e),
+        };
+        if let Some((o, _)) = &outcome {
+            self.set_node(&o.node);
+        }
+        if self.job.entry.is_some() && self.job.reuse {
+            let names = self.job.outputs.keys().cloned().collect();
+            match drv.shared.fetch(key, names).await {
+                Ok(Some(_)) => {
+                    if let Ok(Some(e)) = drv.store.lookup_action(&key) {
+                        drv.on_remote
+                            .lock()
+                            .expect("on_remote")
+                            .insert(key, e.outputs);
+                    }
+                    let restored = self.restore(req, key, outcome.as_ref().map(|(_, e)| e), false);
+                    return match restored {
+                        Ok(()) => Back::Done(ExecOutcome::Exited(0)),
+                        Err(e) => Back::Infra(e),
+                    };
+                }
+                Ok(None) => {}
+                Err(e) => return unreachable(e),
+            }
+        }
+        let state = match ended {
+            JobState::Ended { state, .. } => state.clone(),
+            _ => "out of the queue".to_string(),
+        };
+        let Some((o, entry)) = outcome else {
+            return Back::Infra(format!(
+                "job {id} ended {state} without a result in the shared cache (a lost job)"
+            ));
+        };
+        if let Some(why) = o.infra {
+            return Back::Infra(format!("job {id} ({state}): {why}"));
+        }
+        let Some(exec) = &o.exec else {
+            return Back::Infra(format!("job {id} ({state}) reported no end"));
+        };
+        let exec = ExecOutcome::from(exec);
+        if exec == ExecOutcome::Cancelled {
+            return Back::Infra(format!("job {id} was stopped ({state})"));
+        }
+        if let (ExecOutcome::Exited(0), Some(message)) = (&exec, o.collect_error) {
+            // The logs and error file still come back, for the record's stderr tail.
+            if let Err(e) = self.restore(req, key, Some(&entry), false) {
+                return Back::Infra(e);
+            }
+            let class = o
+                .collect_class
+                .unwrap_or(crate::record::ErrorClass::HeddleError);
+            return Back::Refused(class, message);
+        }
+        // The outcome carries the outputs the worker could store; one it could not is missing
+        // from it, and the request's collection says which, as a local run would.
+        let outputs = exec == ExecOutcome::Exited(0);
+        match self.restore(req, key, Some(&entry), outputs) {
+            Ok(()) => Back::Done(exec),
+            Err(e) => Back::Infra(e),
+        }
+    }
+
+    fn read_outcome(&self, okey: Digest) -> Result<(Outcome, ActionEntry), String> {
+        let entry = self
+            .driver
+            .store
+            .lookup_action(&okey)
+            .map_err(|e| error_chain(&e))?
+            .ok_or("the outcome entry vanished from the local store")?;
+        let file = entry
+            .outputs
+            .get(d::OUTCOME_FILE)
+            .ok_or("the outcome entry has no outcome.json")?;
+        let bytes = std::fs::read(self.driver.store.blob_path(&file.digest()))
+            .map_err(|e| format!("failed to read the outcome: {e}"))?;
+        let o: Outcome = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("the worker's outcome is not readable: {e}"))?;
+        Ok((o, entry))
+    }
+
+    /// The worker's logs, error and facts files where the request expects them, and the
+    /// outputs (from the action's entry, or from the outcome's) under `out/`.
+    fn restore(
+        &self,
+        req: &ExecRequest,
+        key: Digest,
+        outcome: Option<&ActionEntry>,
+        outputs_from_outcome: bool,
+    ) -> Result<(), String> {
+        let store = &self.driver.store;
+        let put = |entry: &OutputEntry, dest: &Path| -> Result<(), String> {
+            if let Some(parent) = dest.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+            }
+            store.materialize(entry, dest).map_err(|e| error_chain(&e))
+        };
+        if let Some(o) = outcome {
+            for (name, dest) in [
+                (d::OUTCOME_STDOUT, req.stdout_log.clone()),
+                (d::OUTCOME_STDERR, req.stderr_log.clone()),
+                (d::OUTCOME_ERROR, crate::execution::error_file(&req.sandbox)),
+                (d::OUTCOME_FACTS, crate::execution::facts_file(&req.sandbox)),
+            ] {
+                if let Some(e) = o.outputs.get(name) {
+                    put(e, &dest)?;
+                }
+            }
+        }
+        let outs: BTreeMap<String, OutputEntry> = if outputs_from_outcome {
+            outcome
+                .map(|o| {
+                    o.outputs
+                        .iter()
+                        .filter_map(|(k, v)| {
+                            k.strip_prefix(d::OUTCOME_OUT_PREFIX)
+                                .map(|n| (n.to_string(), v.clone()))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        } else {
+            store
+                .lookup_action(&key)
+                .map_err(|e| error_chain(&e))?
+                .map(|e| e.outputs)
+                .unwrap_or_default()
+        };
+        for (name, file) in &self.job.outputs {
+            if let Some(e) = outs.get(name) {
+                put(e, &req.sandbox.join("out").join(name).join(file))?;
+            }
+        }
+        Ok(())
+    }
+}
