@@ -4,12 +4,12 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use heddle_runner::engine_units::{self, HostLocks};
-use heddle_runner::host_pool::{self, UnitHolder};
 use heddle_runner::lock::{self, LockFile};
 use heddle_runner::prepare::Context;
 use heddle_runner::preview::{preview, CacheHistory, PlanRow};
 use heddle_runner::run_options::RunOptions;
+use heddle_runner::units::engine::{self as engine_units, HostLocks};
+use heddle_runner::units::machine::{self as host_pool, UnitHolder};
 
 use crate::error::{Error, EXIT_OK, EXIT_STAGE_FAILED};
 use crate::printable::{printable_line, say};
@@ -100,7 +100,8 @@ async fn engine_locks(ctx: &Context) -> Vec<(String, HostLocks)> {
         .hosts()
         .filter(|h| !h.engine_wide.is_empty())
         .collect();
-    let locks = futures_util::future::join_all(hosts.iter().map(|h| engine_units::locks_on(h)));
+    let locks =
+        futures_util::future::join_all(hosts.iter().map(|h| engine_units::locks_on((*h).into())));
     hosts
         .iter()
         .map(|h| h.name.clone())

@@ -61,3 +61,15 @@ impl Hosts {
         self.hosts.values().find(|h| h.docker == docker)
     }
 }
+
+impl<'a> From<&'a Host> for crate::units::EngineHost<'a> {
+    fn from(h: &'a Host) -> Self {
+        crate::units::EngineHost {
+            name: &h.name,
+            docker: &h.docker,
+            tls: h.tls.as_ref(),
+            pools: &h.pools,
+            engine_wide: &h.engine_wide,
+        }
+    }
+}

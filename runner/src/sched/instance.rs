@@ -9,19 +9,19 @@ use heddle_cache::{ActionEntry, Digest, KeyLock, OutputEntry};
 use serde_json::json;
 use tokio::sync::SemaphorePermit;
 
-use crate::engine_units::{self, EngineUnitError, EngineUnits};
 use crate::explain::{explain_with, Earlier};
-use crate::host_pool::{self, HostPoolError, HostUnits};
 use crate::inputs::Resolved;
 use crate::key::{family, KeyParts, Reason};
 use crate::launch::Launch;
 use crate::outputs::{output_dir, relative_paths, restore};
 use crate::record::{ErrorClass, InstanceRecord, StatusRecord};
+use crate::units::engine::{self as engine_units, EngineUnitError, EngineUnits};
+use crate::units::machine::{self as host_pool, HostPoolError, HostUnits};
+use crate::units::placed;
 
 use super::attempt::attempt_once;
 use super::commit::Commit;
 use super::outcome::{conclude, empty_record, heddle_error, interrupted_before_start};
-use super::placed;
 use super::{blocking, now_ms, Event, Shared};
 
 /// One instance, start to end.
@@ -303,16 +303,17 @@ async fn take_engine_units(
         .placement
         .host(host)
         .expect("placed on a configured host");
+    let host = &crate::units::EngineHost::from(host);
     let wants = engine_units::engine_wide_wants(host, &ctx.plan.stage_of(id).settings.resources);
     if wants.is_empty() {
         return Ok(EngineUnits::default());
     }
     let not_connected = || EngineUnitError::NotConnected {
-        host: host.name.clone(),
+        host: host.name.to_string(),
     };
     let engine = ctx
         .engines
-        .get(&Some(host.docker.clone()))
+        .get(&Some(host.docker.to_string()))
         .ok_or_else(not_connected)?;
     let image = inst
         .image
@@ -333,7 +334,7 @@ async fn take_engine_units(
     };
     let mut units = engine_units::take(engine, host, image, &wants, taker, &tell).await?;
     let (events, label) = (sh.events.clone(), inst.label.clone());
-    units.on_lost(&host.name, move |text| {
+    units.on_lost(host.name, move |text| {
         let _ = events.send(Event::Message(format!("{label}: {text}")));
     });
     Ok(units)

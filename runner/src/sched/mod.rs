@@ -16,7 +16,6 @@ mod commit;
 mod instance;
 mod on_cluster;
 mod outcome;
-mod placed;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -33,6 +32,7 @@ use crate::inputs::resolve_inputs;
 use crate::plan::Plan;
 use crate::record::{Cause, ErrorClass, InstanceRecord, RunRecord, RunStatus, Status};
 use crate::sandbox::SandboxPool;
+use crate::units::placed;
 use commit::Commit;
 
 // The CLI reaches these through the scheduler, where they were first defined.
@@ -50,7 +50,7 @@ struct Shared {
     opts: RunOptions,
     jobs: Semaphore,
     pools: BTreeMap<String, Semaphore>,
-    /// The configured hosts' pools, per host ([`placed`]).
+    /// The configured hosts' pools, per host ([`crate::units::placed`]).
     host_units: placed::HostUnits,
     cancel: Cancel,
     events: UnboundedSender<Event>,
@@ -160,7 +160,9 @@ impl Shared {
                 .iter()
                 .map(|(k, v)| (k.clone(), Semaphore::new(*v as usize)))
                 .collect(),
-            host_units: placed::host_units(&ctx.placement),
+            host_units: placed::host_units(
+                ctx.placement.hosts().map(|h| (h.name.as_str(), &h.pools)),
+            ),
             jobs: Semaphore::new(opts.jobs.max(1)),
             cancel: Cancel::default(),
             events,

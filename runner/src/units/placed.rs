@@ -11,25 +11,29 @@ use std::collections::BTreeMap;
 use futures_util::future::{select_all, BoxFuture, FutureExt};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-use crate::hosts::Placement;
-
 /// One semaphore per (host, pool) the configured hosts offer.
-pub(super) type HostUnits = BTreeMap<(String, String), Semaphore>;
+pub type HostUnits = BTreeMap<(String, String), Semaphore>;
 
-pub(super) fn host_units(placement: &Placement) -> HostUnits {
-    placement
-        .hosts()
-        .flat_map(|h| {
-            h.pools
-                .iter()
-                .map(|(pool, n)| ((h.name.clone(), pool.clone()), Semaphore::new(*n as usize)))
+/// The units of every configured host: (host name, its pools).
+pub fn host_units<'a>(
+    hosts: impl IntoIterator<Item = (&'a str, &'a BTreeMap<String, u32>)>,
+) -> HostUnits {
+    hosts
+        .into_iter()
+        .flat_map(|(host, pools)| {
+            pools.iter().map(move |(pool, n)| {
+                (
+                    (host.to_string(), pool.clone()),
+                    Semaphore::new(*n as usize),
+                )
+            })
         })
         .collect()
 }
 
 /// Wait until one of `candidates` has all of `wants` free; take them there. Returns the host
 /// and its permits (held until the instance ends).
-pub(super) async fn take_on_some_host<'a>(
+pub async fn take_on_some_host<'a>(
     units: &'a HostUnits,
     candidates: &'a [String],
     wants: &'a BTreeMap<String, u32>,

@@ -17,7 +17,7 @@ use std::fs::{File, TryLockError};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::holder_file;
+use crate::units::holder_file;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How often a waiter tries the units again.
