@@ -9,7 +9,7 @@ use heddle_runner::prepare::Context;
 use heddle_runner::preview::{preview, CacheHistory, PlanRow};
 use heddle_runner::run_options::RunOptions;
 use heddle_runner::units::engine::{self as engine_units, HostLocks};
-use heddle_runner::units::machine::{self as host_pool, UnitHolder};
+use heddle_runner::units::machine::{self as host_pool, MachineUnitHolder};
 
 use crate::error::{Error, EXIT_OK, EXIT_STAGE_FAILED};
 use crate::printable::{printable_line, say};
@@ -75,7 +75,7 @@ pub async fn status(s: &Session, a: &StatusArgs) -> Result<i32, Error> {
         removed,
         changed,
     };
-    let held: Vec<UnitHolder> = host_pool::holders(&host_pool::lock_dir())
+    let held: Vec<MachineUnitHolder> = host_pool::holders(&host_pool::lock_dir())
         .into_iter()
         .filter(|h| plan.pipeline.host_pools.contains(&h.pool))
         .collect();
@@ -112,7 +112,7 @@ async fn engine_locks(ctx: &Context) -> Vec<(String, HostLocks)> {
 fn print_json(
     path: &Path,
     cmp: &Comparison,
-    held: &[UnitHolder],
+    held: &[MachineUnitHolder],
     engine_held: &[(String, HostLocks)],
 ) {
     let held: Vec<_> = held
@@ -139,7 +139,7 @@ fn print_json(
 fn print_text(
     path: &Path,
     cmp: &Comparison,
-    held: &[UnitHolder],
+    held: &[MachineUnitHolder],
     engine_held: &[(String, HostLocks)],
 ) {
     for h in held {

@@ -16,8 +16,7 @@ use crate::launch::Launch;
 use crate::outputs::{output_dir, relative_paths, restore};
 use crate::record::{ErrorClass, InstanceRecord, StatusRecord};
 use crate::units::engine::{self as engine_units, EngineUnitError, EngineUnits};
-use crate::units::machine::{self as host_pool, HostPoolError, HostUnits};
-use crate::units::placed;
+use crate::units::machine::{self as host_pool, MachineUnitError, MachineUnits};
 
 use super::attempt::attempt_once;
 use super::commit::Commit;
@@ -216,7 +215,7 @@ async fn why_it_runs(sh: &Shared, id: usize, parts: &KeyParts) -> Reason {
 /// shares), and a job slot unless it was placed.
 struct Held<'a> {
     _permits: Vec<SemaphorePermit<'a>>,
-    _host_units: Vec<HostUnits>,
+    _host_units: Vec<MachineUnits>,
     _placed: Vec<SemaphorePermit<'a>>,
     engine_units: EngineUnits,
     /// The configured host it runs on, for a placed stage.
@@ -255,7 +254,7 @@ async fn hold_resources(sh: &Shared, id: usize) -> Result<Held<'_>, StatusRecord
     } else {
         let wants = &plan.stage_of(id).settings.resources;
         tokio::select! {
-            (h, p) = placed::take_on_some_host(&sh.host_units, candidates, wants) => (Some(h), p),
+            (h, p) = sh.host_slots.take_on_some_host(candidates, wants) => (Some(h), p),
             _ = sh.cancel.graceful.cancelled() => return Err(stopped()),
         }
     };
@@ -348,7 +347,7 @@ async fn take_host_units(
     units: u32,
     want: u32,
     label: &str,
-) -> Result<HostUnits, HostPoolError> {
+) -> Result<MachineUnits, MachineUnitError> {
     let dir = host_pool::lock_dir();
     let mut told = false;
     loop {

@@ -32,7 +32,7 @@ use crate::inputs::resolve_inputs;
 use crate::plan::Plan;
 use crate::record::{Cause, ErrorClass, InstanceRecord, RunRecord, RunStatus, Status};
 use crate::sandbox::SandboxPool;
-use crate::units::placed;
+use crate::units::placed::HostSlots;
 use commit::Commit;
 
 // The CLI reaches these through the scheduler, where they were first defined.
@@ -51,7 +51,7 @@ struct Shared {
     jobs: Semaphore,
     pools: BTreeMap<String, Semaphore>,
     /// The configured hosts' pools, per host ([`crate::units::placed`]).
-    host_units: placed::HostUnits,
+    host_slots: HostSlots,
     cancel: Cancel,
     events: UnboundedSender<Event>,
     started: Instant,
@@ -160,9 +160,7 @@ impl Shared {
                 .iter()
                 .map(|(k, v)| (k.clone(), Semaphore::new(*v as usize)))
                 .collect(),
-            host_units: placed::host_units(
-                ctx.placement.hosts().map(|h| (h.name.as_str(), &h.pools)),
-            ),
+            host_slots: HostSlots::new(ctx.placement.hosts().map(|h| (h.name.as_str(), &h.pools))),
             jobs: Semaphore::new(opts.jobs.max(1)),
             cancel: Cancel::default(),
             events,

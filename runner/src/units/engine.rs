@@ -38,7 +38,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use futures_util::future::{select_all, FutureExt};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use heddle_containers::{
-    BusyUnit, ContainerError, Engine, HeldUnit, TlsFiles, UnitHolder, UnitTry,
+    BusyUnit, ContainerError, Engine, EngineUnitHolder, HeldUnit, TlsFiles, UnitTry,
 };
 
 /// The longest a waiter goes without trying again (the engine's "removed" answer usually
@@ -262,8 +262,8 @@ async fn wait_for_leftovers(
     Ok(())
 }
 
-fn holder(taker: Taker<'_>, pool: &str, unit: u32) -> UnitHolder {
-    UnitHolder {
+fn holder(taker: Taker<'_>, pool: &str, unit: u32) -> EngineUnitHolder {
+    EngineUnitHolder {
         pool: pool.to_string(),
         unit,
         pid: Some(std::process::id()),
@@ -435,7 +435,7 @@ mod tests {
             unit: 0,
             id: "0123456789abcdef".repeat(4),
             running,
-            holder: Some(UnitHolder {
+            holder: Some(EngineUnitHolder {
                 pool: pool.into(),
                 unit: 0,
                 pid: Some(123),

@@ -11,58 +11,61 @@ use std::collections::BTreeMap;
 use futures_util::future::{select_all, BoxFuture, FutureExt};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-/// One semaphore per (host, pool) the configured hosts offer.
-pub type HostUnits = BTreeMap<(String, String), Semaphore>;
+/// This run's units on every configured host: one semaphore per (host, pool) the hosts offer.
+#[derive(Debug, Default)]
+pub struct HostSlots(BTreeMap<(String, String), Semaphore>);
 
-/// The units of every configured host: (host name, its pools).
-pub fn host_units<'a>(
-    hosts: impl IntoIterator<Item = (&'a str, &'a BTreeMap<String, u32>)>,
-) -> HostUnits {
-    hosts
-        .into_iter()
-        .flat_map(|(host, pools)| {
-            pools.iter().map(move |(pool, n)| {
-                (
-                    (host.to_string(), pool.clone()),
-                    Semaphore::new(*n as usize),
-                )
-            })
-        })
-        .collect()
-}
+impl HostSlots {
+    /// The units of every configured host: (host name, its pools).
+    pub fn new<'a>(hosts: impl IntoIterator<Item = (&'a str, &'a BTreeMap<String, u32>)>) -> Self {
+        let slots = hosts.into_iter().flat_map(|(host, pools)| {
+            pools
+                .iter()
+                .map(move |(pool, n)| (host, pool.as_str(), *n as usize))
+        });
+        Self::of_sizes(slots)
+    }
 
-/// Wait until one of `candidates` has all of `wants` free; take them there. Returns the host
-/// and its permits (held until the instance ends).
-pub async fn take_on_some_host<'a>(
-    units: &'a HostUnits,
-    candidates: &'a [String],
-    wants: &'a BTreeMap<String, u32>,
-) -> (String, Vec<SemaphorePermit<'a>>) {
-    let waits: Vec<BoxFuture<'a, (String, Vec<SemaphorePermit<'a>>)>> = candidates
-        .iter()
-        .map(|host| {
-            async move {
-                let mut permits = Vec::new();
-                for (pool, n) in wants {
-                    let sem = &units[&(host.clone(), pool.clone())];
-                    permits.push(sem.acquire_many(*n).await.expect("host pool open"));
+    fn of_sizes<'a>(sizes: impl IntoIterator<Item = (&'a str, &'a str, usize)>) -> Self {
+        HostSlots(
+            sizes
+                .into_iter()
+                .map(|(h, p, n)| ((h.to_string(), p.to_string()), Semaphore::new(n)))
+                .collect(),
+        )
+    }
+
+    /// Wait until one of `candidates` has all of `wants` free; take them there. Returns the
+    /// host and its permits (held until the instance ends).
+    pub async fn take_on_some_host<'a>(
+        &'a self,
+        candidates: &'a [String],
+        wants: &'a BTreeMap<String, u32>,
+    ) -> (String, Vec<SemaphorePermit<'a>>) {
+        let waits: Vec<BoxFuture<'a, (String, Vec<SemaphorePermit<'a>>)>> = candidates
+            .iter()
+            .map(|host| {
+                async move {
+                    let mut permits = Vec::new();
+                    for (pool, n) in wants {
+                        let sem = &self.0[&(host.clone(), pool.clone())];
+                        permits.push(sem.acquire_many(*n).await.expect("host pool open"));
+                    }
+                    (host.clone(), permits)
                 }
-                (host.clone(), permits)
-            }
-            .boxed()
-        })
-        .collect();
-    select_all(waits).await.0
+                .boxed()
+            })
+            .collect();
+        select_all(waits).await.0
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn units(spec: &[(&str, &str, usize)]) -> HostUnits {
-        spec.iter()
-            .map(|(h, p, n)| ((h.to_string(), p.to_string()), Semaphore::new(*n)))
-            .collect()
+    fn units(spec: &[(&str, &str, usize)]) -> HostSlots {
+        HostSlots::of_sizes(spec.iter().copied())
     }
 
     #[tokio::test]
@@ -70,14 +73,14 @@ mod tests {
         let units = units(&[("a", "gpu", 1), ("b", "gpu", 1)]);
         let hosts = vec!["a".to_string(), "b".to_string()];
         let wants = BTreeMap::from([("gpu".to_string(), 1)]);
-        let (first, _p1) = take_on_some_host(&units, &hosts, &wants).await;
+        let (first, _p1) = units.take_on_some_host(&hosts, &wants).await;
         assert_eq!(first, "a");
-        let (second, p2) = take_on_some_host(&units, &hosts, &wants).await;
+        let (second, p2) = units.take_on_some_host(&hosts, &wants).await;
         assert_eq!(second, "b", "a is full");
         drop(p2);
-        let (again, _p3) = take_on_some_host(&units, &hosts, &wants).await;
+        let (again, _p3) = units.take_on_some_host(&hosts, &wants).await;
         assert_eq!(again, "b");
-        assert_eq!(units[&("a".into(), "gpu".into())].available_permits(), 0);
+        assert_eq!(units.0[&("a".into(), "gpu".into())].available_permits(), 0);
     }
 
     #[tokio::test]
@@ -88,16 +91,16 @@ mod tests {
             ("b", "gpu", 1),
             ("b", "hailo", 1),
         ]);
-        let busy = units[&("a".into(), "hailo".into())]
+        let busy = units.0[&("a".into(), "hailo".into())]
             .acquire()
             .await
             .unwrap();
         let hosts = vec!["a".to_string(), "b".to_string()];
         let wants = BTreeMap::from([("gpu".to_string(), 1), ("hailo".to_string(), 1)]);
-        let (on, _held) = take_on_some_host(&units, &hosts, &wants).await;
+        let (on, _held) = units.take_on_some_host(&hosts, &wants).await;
         assert_eq!(on, "b");
         assert_eq!(
-            units[&("a".into(), "gpu".into())].available_permits(),
+            units.0[&("a".into(), "gpu".into())].available_permits(),
             1,
             "a's gpu, taken while waiting for a's hailo, is free again"
         );
