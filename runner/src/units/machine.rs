@@ -96,6 +96,45 @@ pub fn try_take(
     Ok((held.len() as u32 == want).then_some(MachineUnits { _files: held }))
 }
 
+/// Take `want` of the pool's `units` units, trying again every [`POLL`] while other heddle
+/// processes hold them, and saying once through `say` who holds them. Cancel by dropping the
+/// future (a try keeps nothing it could not complete).
+pub async fn take(
+    pool: &str,
+    units: u32,
+    want: u32,
+    who: (&str, &str),
+    say: &(dyn Fn(String) + Sync),
+) -> Result<MachineUnits, MachineUnitError> {
+    let dir = lock_dir();
+    let mut told = false;
+    loop {
+        if let Some(u) = try_take(&dir, pool, units, want, who)? {
+            return Ok(u);
+        }
+        if !told {
+            told = true;
+            let held: Vec<String> = holders(&dir)
+                .into_iter()
+                .filter(|h| h.pool == pool)
+                .map(|h| {
+                    format!(
+                        "pid {} run {} ({})",
+                        h.pid.map_or("?".into(), |p| p.to_string()),
+                        h.run_id,
+                        h.instance
+                    )
+                })
+                .collect();
+            say(format!(
+                "waiting for host-wide `{pool}`, held by {}",
+                held.join(", ")
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
 fn note_holder(f: &mut File, (run_id, instance): (&str, &str)) {
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)

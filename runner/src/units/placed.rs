@@ -39,19 +39,20 @@ impl HostSlots {
     /// host and its permits (held until the instance ends).
     pub async fn take_on_some_host<'a>(
         &'a self,
-        candidates: &'a [String],
+        candidates: &[&str],
         wants: &'a BTreeMap<String, u32>,
     ) -> (String, Vec<SemaphorePermit<'a>>) {
         let waits: Vec<BoxFuture<'a, (String, Vec<SemaphorePermit<'a>>)>> = candidates
             .iter()
             .map(|host| {
+                let host = host.to_string();
                 async move {
                     let mut permits = Vec::new();
                     for (pool, n) in wants {
                         let sem = &self.0[&(host.clone(), pool.clone())];
                         permits.push(sem.acquire_many(*n).await.expect("host pool open"));
                     }
-                    (host.clone(), permits)
+                    (host, permits)
                 }
                 .boxed()
             })
@@ -71,7 +72,7 @@ mod tests {
     #[tokio::test]
     async fn units_are_taken_per_host_and_a_full_host_is_passed_over() {
         let units = units(&[("a", "gpu", 1), ("b", "gpu", 1)]);
-        let hosts = vec!["a".to_string(), "b".to_string()];
+        let hosts = ["a", "b"];
         let wants = BTreeMap::from([("gpu".to_string(), 1)]);
         let (first, _p1) = units.take_on_some_host(&hosts, &wants).await;
         assert_eq!(first, "a");
@@ -95,7 +96,7 @@ mod tests {
             .acquire()
             .await
             .unwrap();
-        let hosts = vec!["a".to_string(), "b".to_string()];
+        let hosts = ["a", "b"];
         let wants = BTreeMap::from([("gpu".to_string(), 1), ("hailo".to_string(), 1)]);
         let (on, _held) = units.take_on_some_host(&hosts, &wants).await;
         assert_eq!(on, "b");
