@@ -8,8 +8,8 @@ use heddle_runner::lock::{self, LockFile};
 use heddle_runner::prepare::Context;
 use heddle_runner::preview::{preview, CacheHistory, PlanRow};
 use heddle_runner::run_options::RunOptions;
-use heddle_runner::units::engine::{self as engine_units, HostLocks};
-use heddle_runner::units::machine::{self as host_pool, MachineUnitHolder};
+use heddle_runner::units::engine::{self, HostLocks};
+use heddle_runner::units::machine::{self, MachineUnitHolder};
 
 use crate::error::{Error, EXIT_OK, EXIT_STAGE_FAILED};
 use crate::printable::{printable_line, say};
@@ -75,7 +75,7 @@ pub async fn status(s: &Session, a: &StatusArgs) -> Result<i32, Error> {
         removed,
         changed,
     };
-    let held: Vec<MachineUnitHolder> = host_pool::holders(&host_pool::lock_dir())
+    let held: Vec<MachineUnitHolder> = machine::holders(&machine::lock_dir())
         .into_iter()
         .filter(|h| plan.pipeline.host_pools.contains(&h.pool))
         .collect();
@@ -100,8 +100,7 @@ async fn engine_locks(ctx: &Context) -> Vec<(String, HostLocks)> {
         .hosts()
         .filter(|h| !h.engine_wide.is_empty())
         .collect();
-    let locks =
-        futures_util::future::join_all(hosts.iter().map(|h| engine_units::locks_on((*h).into())));
+    let locks = futures_util::future::join_all(hosts.iter().map(|h| engine::locks_on((*h).into())));
     hosts
         .iter()
         .map(|h| h.name.clone())
@@ -162,7 +161,7 @@ fn print_text(
                         "held     {}#{} on host {host} by {}",
                         h.pool,
                         h.unit,
-                        engine_units::describe(l)
+                        engine::describe(l)
                     );
                 }
             }

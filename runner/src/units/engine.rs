@@ -1,5 +1,5 @@
 //! Units of a configured host's engine-wide pools: `pools = { hailo = { units = 1, scope =
-//! "host" } }` in hosts.toml. A plain `hailo = 1` is this run's capacity on the host; an
+//! "engine" } }` in hosts.toml. A plain `hailo = 1` is this run's capacity on the host; an
 //! engine-wide pool is one set of units for every heddle, on any machine, that places stages
 //! on that engine. Two engineers flashing one device box never run at the same time, and a
 //! heddle that dies (kill -9, or its machine leaving the network) does not keep the unit: each
