@@ -160,3 +160,80 @@ async fn take_engine_units(
     units.on_lost(host.name, move |text| say(text));
     Ok(units)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn request<'a>(
+        wants: &'a BTreeMap<String, u32>,
+        run_pools: &'a RunPools,
+        candidates: Vec<Candidate<'a>>,
+        host_slots: &'a HostSlots,
+        jobs: &'a Semaphore,
+        cancel: &'a CancellationToken,
+    ) -> Request<'a> {
+        Request {
+            run_id: "r",
+            instance: "probe",
+            wants,
+            run_pools,
+            candidates,
+            host_slots,
+            image: None,
+            jobs: Some(jobs),
+            cancel,
+            say: Arc::new(|_| {}),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_interrupt_while_waiting_gives_back_what_was_taken() {
+        let sizes = BTreeMap::from([("gpu".to_string(), 1), ("hailo".to_string(), 1)]);
+        let pools = RunPools::new(&sizes, &BTreeSet::new());
+        let busy = pools.get("hailo").semaphore.acquire().await.unwrap();
+        let (slots, jobs, cancel) = (
+            HostSlots::default(),
+            Semaphore::new(1),
+            CancellationToken::new(),
+        );
+        let req = request(&sizes, &pools, Vec::new(), &slots, &jobs, &cancel);
+        // Whichever is polled first, the instance is stopped with the gpu unit given back.
+        let (got, ()) = tokio::join!(acquire(req), async { cancel.cancel() });
+        assert!(matches!(got, Err(AcquireError::Interrupted)));
+        assert_eq!(
+            pools.get("gpu").semaphore.available_permits(),
+            1,
+            "gpu given back"
+        );
+        drop(busy);
+    }
+
+    #[tokio::test]
+    async fn a_placed_instance_takes_no_job_slot_and_one_here_does() {
+        let wants = BTreeMap::from([("gpu".to_string(), 1)]);
+        let pools = RunPools::new(&wants, &BTreeSet::new());
+        let (engine_wide, cancel) = (BTreeSet::new(), CancellationToken::new());
+        let host = EngineHost {
+            name: "far",
+            docker: "tcp://far:2375",
+            tls: None,
+            pools: &wants,
+            engine_wide: &engine_wide,
+        };
+        let slots = HostSlots::new([("far", &wants)]);
+        let no_jobs = Semaphore::new(0);
+        let on = vec![Candidate { host, engine: None }];
+        let req = request(&wants, &pools, on, &slots, &no_jobs, &cancel);
+        let held = acquire(req).await.unwrap();
+        assert_eq!(held.host.as_deref(), Some("far"));
+        drop(held);
+
+        let req = request(&wants, &pools, Vec::new(), &slots, &no_jobs, &cancel);
+        let here = tokio::time::timeout(Duration::from_millis(50), acquire(req)).await;
+        assert!(here.is_err(), "waits for a job slot");
+    }
+}
