@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use heddle_containers::{test_images, Engine, UnitHolder, UnitTry};
+use heddle_containers::{test_images, Engine, EngineUnitHolder, UnitTry};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -22,7 +22,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let engine = Engine::connect(args.next().as_deref()).await?;
     let image = test_images::ensure_busybox(&engine).await?.id;
-    let holder = UnitHolder {
+    let holder = EngineUnitHolder {
         pool: format!("bench{}", std::process::id()),
         unit: 0,
         pid: Some(std::process::id()),

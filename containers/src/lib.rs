@@ -33,5 +33,6 @@ pub use spec::{
     ImageIdentity, LogLine, Mount, NetworkMode, PullPolicy, Stream, DEFAULT_STOP_GRACE,
 };
 pub use unit_lock::{
-    holds_label, unit_container_name, BusyUnit, HeldUnit, UnitHolder, UnitTry, UNIT_POOL_LABEL,
+    holds_label, unit_container_name, BusyUnit, EngineUnitHolder, HeldUnit, UnitTry,
+    UNIT_POOL_LABEL,
 };

@@ -59,7 +59,7 @@ pub fn holds_label(lock_name: &str) -> String {
 /// Who holds (or held) a unit, as its lock container's labels say. The labels are a
 /// diagnostic only: nothing trusts them, the container's name is the lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnitHolder {
+pub struct EngineUnitHolder {
     pub pool: String,
     pub unit: u32,
     pub pid: Option<u32>,
@@ -83,7 +83,7 @@ pub struct BusyUnit {
     /// or died there.
     pub running: bool,
     /// `None` when its labels do not say (not made by heddle).
-    pub holder: Option<UnitHolder>,
+    pub holder: Option<EngineUnitHolder>,
 }
 
 /// The outcome of one try at a unit.
@@ -136,7 +136,7 @@ impl Engine {
     pub async fn try_take_unit(
         &self,
         image: &str,
-        holder: &UnitHolder,
+        holder: &EngineUnitHolder,
     ) -> Result<UnitTry, ContainerError> {
         let name = unit_container_name(&holder.pool, holder.unit);
         for race in 0..RACES {
@@ -185,7 +185,7 @@ impl Engine {
         &self,
         id: String,
         image: &str,
-        holder: &UnitHolder,
+        holder: &EngineUnitHolder,
     ) -> Result<Option<HeldUnit>, ContainerError> {
         let name = &unit_container_name(&holder.pool, holder.unit);
         // From here on, any early return removes the container.
@@ -246,7 +246,7 @@ impl Engine {
     /// The lock container called `name` (of the unit `wanted` asks for), if it exists.
     async fn inspect_unit(
         &self,
-        wanted: &UnitHolder,
+        wanted: &EngineUnitHolder,
         name: &str,
     ) -> Result<Option<BusyUnit>, ContainerError> {
         let inspect = match self
@@ -277,7 +277,7 @@ impl Engine {
                         | ContainerStateStatusEnum::DEAD
                 )
             ),
-            holder: UnitHolder::from_labels(&labels),
+            holder: EngineUnitHolder::from_labels(&labels),
         }))
     }
 
@@ -343,7 +343,7 @@ impl Engine {
             .filter_map(|c| {
                 use bollard::models::ContainerSummaryStateEnum as S;
                 let running = !matches!(c.state, Some(S::CREATED | S::EXITED | S::DEAD));
-                let holder = UnitHolder::from_labels(c.labels.as_ref()?)?;
+                let holder = EngineUnitHolder::from_labels(c.labels.as_ref()?)?;
                 Some(BusyUnit {
                     pool: holder.pool.clone(),
                     unit: holder.unit,
@@ -418,7 +418,7 @@ impl Drop for HeldUnit {
 
 /// A lock container: `cat` on stdin that only the holder has, no network, no capabilities, a
 /// read-only root, removed by the engine when it exits.
-fn lock_body(image: &str, holder: &UnitHolder) -> ContainerCreateBody {
+fn lock_body(image: &str, holder: &EngineUnitHolder) -> ContainerCreateBody {
     ContainerCreateBody {
         image: Some(image.to_string()),
         // An entrypoint also keeps the image's own CMD out.
@@ -440,7 +440,7 @@ fn lock_body(image: &str, holder: &UnitHolder) -> ContainerCreateBody {
     }
 }
 
-impl UnitHolder {
+impl EngineUnitHolder {
     fn labels(&self) -> HashMap<String, String> {
         let mut labels = HashMap::from([
             (UNIT_POOL_LABEL.to_string(), self.pool.clone()),
@@ -459,9 +459,9 @@ impl UnitHolder {
     }
 
     /// The holder a lock container's labels name; `None` without a pool and unit.
-    fn from_labels(labels: &HashMap<String, String>) -> Option<UnitHolder> {
+    fn from_labels(labels: &HashMap<String, String>) -> Option<EngineUnitHolder> {
         let get = |k: &str| labels.get(&format!("heddle.unit.{k}")).cloned();
-        Some(UnitHolder {
+        Some(EngineUnitHolder {
             pool: get("pool")?,
             unit: get("index")?.parse().ok()?,
             pid: get("pid").and_then(|p| p.parse().ok()),
@@ -479,7 +479,7 @@ mod tests {
 
     #[test]
     fn labels_say_who_holds_the_unit_and_read_back() {
-        let h = UnitHolder {
+        let h = EngineUnitHolder {
             pool: "hailo".into(),
             unit: 1,
             pid: Some(42),
@@ -495,8 +495,8 @@ mod tests {
             !labels.contains_key("heddle.managed"),
             "`heddle gc` must not find lock containers"
         );
-        assert_eq!(UnitHolder::from_labels(&labels), Some(h));
+        assert_eq!(EngineUnitHolder::from_labels(&labels), Some(h));
         assert_eq!(unit_container_name("hailo", 1), "heddle-unit-hailo-1");
-        assert_eq!(UnitHolder::from_labels(&HashMap::new()), None);
+        assert_eq!(EngineUnitHolder::from_labels(&HashMap::new()), None);
     }
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use heddle_containers::test_images;
-use heddle_containers::{unit_container_name, Engine, HeldUnit, UnitHolder, UnitTry};
+use heddle_containers::{unit_container_name, Engine, EngineUnitHolder, HeldUnit, UnitTry};
 
 /// The engine and the busybox image's id, or `None` after the skip notice.
 async fn engine() -> Option<(Engine, String)> {
@@ -43,8 +43,8 @@ fn pool() -> String {
     )
 }
 
-fn holder(pool: &str, run: &str) -> UnitHolder {
-    UnitHolder {
+fn holder(pool: &str, run: &str) -> EngineUnitHolder {
+    EngineUnitHolder {
         pool: pool.to_string(),
         unit: 0,
         pid: Some(std::process::id()),

@@ -11,13 +11,10 @@
 pub mod cluster;
 pub mod cmd_exe;
 pub mod diag;
-pub mod engine_units;
 pub mod event;
 pub mod exec;
 pub mod execution;
 pub mod explain;
-pub mod holder_file;
-pub mod host_pool;
 pub mod host_vars;
 pub mod hostname;
 pub mod hosts;
@@ -31,7 +28,6 @@ pub mod names;
 pub mod out_lock;
 pub mod outputs;
 pub mod plan;
-pub mod pool_spec;
 pub mod prepare;
 pub mod preview;
 pub mod pyenv;
@@ -50,5 +46,6 @@ pub mod spec;
 pub use spec::schema as spec_schema;
 pub mod stage_lib;
 pub mod template;
+pub mod units;
 
 pub use sched::run;

@@ -18,7 +18,7 @@ use std::fs::{File, TryLockError};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::holder_file;
+use crate::units::holder_file;
 
 /// The held lock; released on drop (or when the process dies).
 #[derive(Debug)]

@@ -4,12 +4,12 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use heddle_runner::engine_units::{self, HostLocks};
-use heddle_runner::host_pool::{self, UnitHolder};
 use heddle_runner::lock::{self, LockFile};
 use heddle_runner::prepare::Context;
 use heddle_runner::preview::{preview, CacheHistory, PlanRow};
 use heddle_runner::run_options::RunOptions;
+use heddle_runner::units::engine::{self, HostLocks};
+use heddle_runner::units::machine::{self, MachineUnitHolder};
 
 use crate::error::{Error, EXIT_OK, EXIT_STAGE_FAILED};
 use crate::printable::{printable_line, say};
@@ -75,7 +75,7 @@ pub async fn status(s: &Session, a: &StatusArgs) -> Result<i32, Error> {
         removed,
         changed,
     };
-    let held: Vec<UnitHolder> = host_pool::holders(&host_pool::lock_dir())
+    let held: Vec<MachineUnitHolder> = machine::holders(&machine::lock_dir())
         .into_iter()
         .filter(|h| plan.pipeline.host_pools.contains(&h.pool))
         .collect();
@@ -100,7 +100,7 @@ async fn engine_locks(ctx: &Context) -> Vec<(String, HostLocks)> {
         .hosts()
         .filter(|h| !h.engine_wide.is_empty())
         .collect();
-    let locks = futures_util::future::join_all(hosts.iter().map(|h| engine_units::locks_on(h)));
+    let locks = futures_util::future::join_all(hosts.iter().map(|h| engine::locks_on((*h).into())));
     hosts
         .iter()
         .map(|h| h.name.clone())
@@ -111,7 +111,7 @@ async fn engine_locks(ctx: &Context) -> Vec<(String, HostLocks)> {
 fn print_json(
     path: &Path,
     cmp: &Comparison,
-    held: &[UnitHolder],
+    held: &[MachineUnitHolder],
     engine_held: &[(String, HostLocks)],
 ) {
     let held: Vec<_> = held
@@ -138,7 +138,7 @@ fn print_json(
 fn print_text(
     path: &Path,
     cmp: &Comparison,
-    held: &[UnitHolder],
+    held: &[MachineUnitHolder],
     engine_held: &[(String, HostLocks)],
 ) {
     for h in held {
@@ -161,7 +161,7 @@ fn print_text(
                         "held     {}#{} on host {host} by {}",
                         h.pool,
                         h.unit,
-                        engine_units::describe(l)
+                        engine::describe(l)
                     );
                 }
             }

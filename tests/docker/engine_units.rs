@@ -234,10 +234,15 @@ fn a_unit_lost_by_its_holder_is_reported_and_its_stage_still_ends_first() {
     let mut ra = spawn_run(&a);
     wait_for_lock(&pool, &mut ra);
     let mut rb = spawn_run(&b);
-    std::thread::sleep(Duration::from_millis(500));
+    // b is waiting for the unit when it is taken from a (not a guess at how long that takes),
+    // so b takes it while a's stage still runs.
+    let b_err = StderrLines::watch(&mut rb);
+    let waiting = format!("probe: waiting for `{pool}` on host far, held by ");
+    b_err.wait_for(&waiting, &mut rb, Duration::from_secs(60));
     docker::cli(&["rm", "-f", &format!("heddle-unit-{pool}-0")]);
     let (sa, ea) = finish(&mut ra, "run a");
-    let (sb, eb) = finish(&mut rb, "run b");
+    let sb = wait_ended(&mut rb, Duration::from_secs(90), "run b");
+    let eb = b_err.finish();
     assert!(sa.success(), "{ea}");
     assert!(sb.success(), "{eb}");
     assert_contains(

@@ -13,7 +13,7 @@ use super::clusters::{check_cluster, Cluster, RawCluster};
 use super::{Host, Hosts};
 use crate::diag::{did_you_mean, Diagnostic, Diagnostics, Source};
 use crate::model::Transfer;
-use crate::pool_spec::{self, Scope};
+use crate::units::pool_spec::{self, Scope};
 
 /// Where the docs say what each key means; every help line points there.
 const DOCS: &str = "docs/scale-out.md";

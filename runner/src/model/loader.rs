@@ -16,6 +16,7 @@ use super::value::{parse_value_text, toml_to_json, ParamType};
 use super::{valid_name, ClusterChoice, EnvDef, LoadError, LoadOptions, Pipeline, StageDef};
 use crate::diag::{did_you_mean, Diagnostic, Diagnostics, Source};
 use crate::spec::{EnvSpec, PipelineSpec, RawStage, NOT_IN_DEFAULTS};
+use crate::units::pool_spec;
 
 /// A loaded definition and its `[stage]` table, the middle layer of a stage's settings.
 #[derive(Clone)]
@@ -179,11 +180,11 @@ impl Loader {
             host: BTreeSet::new(),
         };
         for (k, v) in spec {
-            match crate::pool_spec::parse(v.get_ref(), crate::pool_spec::Place::Resources) {
+            match pool_spec::parse(v.get_ref(), pool_spec::Place::Resources) {
                 Ok(parsed) => {
                     let pool = parsed.spec;
                     pools.units.insert(k.clone(), pool.units);
-                    if pool.scope == crate::pool_spec::Scope::Shared {
+                    if pool.scope == pool_spec::Scope::Shared {
                         pools.host.insert(k.clone());
                     }
                     if let Some(w) = parsed.warning {

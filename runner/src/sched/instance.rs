@@ -7,21 +7,18 @@ use std::time::Duration;
 
 use heddle_cache::{ActionEntry, Digest, KeyLock, OutputEntry};
 use serde_json::json;
-use tokio::sync::SemaphorePermit;
 
-use crate::engine_units::{self, EngineUnitError, EngineUnits};
 use crate::explain::{explain_with, Earlier};
-use crate::host_pool::{self, HostPoolError, HostUnits};
 use crate::inputs::Resolved;
 use crate::key::{family, KeyParts, Reason};
 use crate::launch::Launch;
 use crate::outputs::{output_dir, relative_paths, restore};
 use crate::record::{ErrorClass, InstanceRecord, StatusRecord};
+use crate::units::{self, AcquireError, Candidate, Held};
 
 use super::attempt::attempt_once;
 use super::commit::Commit;
 use super::outcome::{conclude, empty_record, heddle_error, interrupted_before_start};
-use super::placed;
 use super::{blocking, now_ms, Event, Shared};
 
 /// One instance, start to end.
@@ -211,171 +208,49 @@ async fn why_it_runs(sh: &Shared, id: usize, parts: &KeyParts) -> Reason {
     explain_with(parts, earlier)
 }
 
-/// What a running instance holds until it ends: resource units, host-wide units, the units
-/// of the configured host it was placed on (this run's, then the engine-wide ones every heddle
-/// shares), and a job slot unless it was placed.
-struct Held<'a> {
-    _permits: Vec<SemaphorePermit<'a>>,
-    _host_units: Vec<HostUnits>,
-    _placed: Vec<SemaphorePermit<'a>>,
-    engine_units: EngineUnits,
-    /// The configured host it runs on, for a placed stage.
-    host: Option<String>,
-    _job: Option<SemaphorePermit<'a>>,
-}
-
-/// Resource units first, then a job slot, in a fixed order so waiters cannot deadlock. An
-/// interrupt while waiting, or a host-wide pool that cannot be taken, ends the instance.
+/// Its resource units and job slot ([`units::acquire`]). An interrupt while waiting ends the
+/// instance as interrupted before it started; units that cannot be taken, as a heddle error.
 async fn hold_resources(sh: &Shared, id: usize) -> Result<Held<'_>, StatusRecord> {
-    let plan = &sh.ctx.plan;
-    let inst = &plan.instances[id];
-    let stopped = || interrupted_before_start(inst);
-    let mut permits = Vec::new();
-    let mut host_units = Vec::new();
-    for (pool, n) in &plan.stage_of(id).settings.resources {
-        tokio::select! {
-            p = sh.pools[pool].acquire_many(*n) => permits.push(p.expect("pool open")),
-            _ = sh.cancel.graceful.cancelled() => return Err(stopped()),
-        }
-        if plan.pipeline.host_pools.contains(pool) {
-            let units = plan.pipeline.resources[pool];
-            tokio::select! {
-                u = take_host_units(sh, pool, units, *n, &inst.label) => match u {
-                    Ok(u) => host_units.push(u),
-                    Err(e) => return Err(heddle_error(inst, heddle_cache::error_chain(&e))),
-                },
-                _ = sh.cancel.graceful.cancelled() => return Err(stopped()),
-            }
-        }
-    }
-    let candidates = sh.ctx.placement.candidates(inst.stage);
-    // A run on a cluster leaves placement to the cluster.
-    let on_cluster = sh.opts.cluster_for(plan.stage_of(id)).is_some();
-    let (host, placed) = if candidates.is_empty() || on_cluster {
-        (None, Vec::new())
-    } else {
-        let wants = &plan.stage_of(id).settings.resources;
-        tokio::select! {
-            (h, p) = placed::take_on_some_host(&sh.host_units, candidates, wants) => (Some(h), p),
-            _ = sh.cancel.graceful.cancelled() => return Err(stopped()),
-        }
-    };
-    // On the host just picked, even if another frees up meanwhile (crate::engine_units).
-    let engine_units = match &host {
-        Some(h) => tokio::select! {
-            u = take_engine_units(sh, id, h) => u.map_err(|e| {
-                heddle_error(inst, heddle_cache::error_chain(&e))
-            })?,
-            _ = sh.cancel.graceful.cancelled() => return Err(stopped()),
-        },
-        None => EngineUnits::default(),
-    };
-    // `--jobs` bounds what runs here. A placed instance runs on its host's engine, bounded by
-    // that host's pools (taken above), so it takes no local slot: a GPU box's stage does not
-    // wait behind the laptop's own work.
-    // A cluster's job is bounded by the cluster, and takes no local slot either.
-    let job = match host.is_some() || on_cluster {
-        true => None,
-        false => tokio::select! {
-            p = sh.jobs.acquire() => Some(p.expect("jobs open")),
-            _ = sh.cancel.graceful.cancelled() => return Err(stopped()),
-        },
-    };
-    Ok(Held {
-        _permits: permits,
-        _host_units: host_units,
-        _placed: placed,
-        engine_units,
-        host,
-        _job: job,
-    })
-}
-
-/// The units of host `host`'s engine-wide pools that instance `id` asks for, taken with lock
-/// containers from the instance's image (resolved on that engine before the run started).
-async fn take_engine_units(
-    sh: &Shared,
-    id: usize,
-    host: &str,
-) -> Result<EngineUnits, EngineUnitError> {
     let ctx = &sh.ctx;
     let inst = &ctx.plan.instances[id];
-    let host = ctx
-        .placement
-        .host(host)
-        .expect("placed on a configured host");
-    let wants = engine_units::engine_wide_wants(host, &ctx.plan.stage_of(id).settings.resources);
-    if wants.is_empty() {
-        return Ok(EngineUnits::default());
-    }
-    let not_connected = || EngineUnitError::NotConnected {
-        host: host.name.clone(),
+    // A run on a cluster leaves placement to the cluster.
+    let on_cluster = sh.opts.cluster_for(ctx.plan.stage_of(id)).is_some();
+    let candidates: Vec<Candidate> = match on_cluster {
+        true => Vec::new(),
+        false => (ctx.placement.candidates(inst.stage).iter())
+            .map(|name| {
+                let host = ctx
+                    .placement
+                    .host(name)
+                    .expect("placed on a configured host");
+                Candidate {
+                    host: host.into(),
+                    engine: ctx.engines.get(&Some(host.docker.clone())),
+                }
+            })
+            .collect(),
     };
-    let engine = ctx
-        .engines
-        .get(&Some(host.docker.clone()))
-        .ok_or_else(not_connected)?;
-    let image = inst
-        .image
-        .as_ref()
-        .expect("a placed stage runs in a container");
-    let image = ctx
-        .images
-        .get(image)
-        .map_or(image.as_str(), |i| i.id.as_str());
-    let taker = engine_units::Taker {
-        run: &sh.opts.run_id,
-        instance: &inst.label,
-    };
-    let tell = |text: String| {
-        let _ = sh
-            .events
-            .send(Event::Message(format!("{}: {text}", inst.label)));
-    };
-    let mut units = engine_units::take(engine, host, image, &wants, taker, &tell).await?;
     let (events, label) = (sh.events.clone(), inst.label.clone());
-    units.on_lost(&host.name, move |text| {
-        let _ = events.send(Event::Message(format!("{label}: {text}")));
-    });
-    Ok(units)
-}
-
-/// Take `want` units of a host-wide pool ([`crate::host_pool`]), polling while they are
-/// held by other heddle processes and saying once who holds them.
-async fn take_host_units(
-    sh: &Shared,
-    pool: &str,
-    units: u32,
-    want: u32,
-    label: &str,
-) -> Result<HostUnits, HostPoolError> {
-    let dir = host_pool::lock_dir();
-    let mut told = false;
-    loop {
-        let who = (sh.opts.run_id.as_str(), label);
-        if let Some(u) = host_pool::try_take(&dir, pool, units, want, who)? {
-            return Ok(u);
-        }
-        if !told {
-            told = true;
-            let held: Vec<String> = host_pool::holders(&dir)
-                .into_iter()
-                .filter(|h| h.pool == pool)
-                .map(|h| {
-                    format!(
-                        "pid {} run {} ({})",
-                        h.pid.map_or("?".into(), |p| p.to_string()),
-                        h.run_id,
-                        h.instance
-                    )
-                })
-                .collect();
-            let _ = sh.events.send(Event::Message(format!(
-                "{label}: waiting for host-wide `{pool}`, held by {}",
-                held.join(", ")
-            )));
-        }
-        tokio::time::sleep(host_pool::POLL).await;
+    let request = units::Request {
+        run_id: &sh.opts.run_id,
+        instance: &inst.label,
+        wants: &ctx.plan.stage_of(id).settings.resources,
+        run_pools: &sh.run_pools,
+        candidates,
+        host_slots: &sh.host_slots,
+        image: (inst.image.as_ref())
+            .map(|r| ctx.images.get(r).map_or(r.as_str(), |i| i.id.as_str())),
+        // A cluster's job is bounded by the cluster, and takes no local slot.
+        jobs: (!on_cluster).then_some(&sh.jobs),
+        cancel: &sh.cancel.graceful,
+        say: Arc::new(move |text| {
+            let _ = events.send(Event::Message(format!("{label}: {text}")));
+        }),
+    };
+    match units::acquire(request).await {
+        Ok(held) => Ok(held),
+        Err(AcquireError::Interrupted) => Err(interrupted_before_start(inst)),
+        Err(e) => Err(heddle_error(inst, heddle_cache::error_chain(&e))),
     }
 }
 

@@ -16,7 +16,6 @@ mod commit;
 mod instance;
 mod on_cluster;
 mod outcome;
-mod placed;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -33,6 +32,8 @@ use crate::inputs::resolve_inputs;
 use crate::plan::Plan;
 use crate::record::{Cause, ErrorClass, InstanceRecord, RunRecord, RunStatus, Status};
 use crate::sandbox::SandboxPool;
+use crate::units::placed::HostSlots;
+use crate::units::run::RunPools;
 use commit::Commit;
 
 // The CLI reaches these through the scheduler, where they were first defined.
@@ -49,9 +50,10 @@ struct Shared {
     families: std::sync::Mutex<BTreeMap<String, Arc<OnceCell<Earlier>>>>,
     opts: RunOptions,
     jobs: Semaphore,
-    pools: BTreeMap<String, Semaphore>,
-    /// The configured hosts' pools, per host ([`placed`]).
-    host_units: placed::HostUnits,
+    /// The pipeline's `[resources]` ([`crate::units::run`]).
+    run_pools: RunPools,
+    /// This run's units on each configured host ([`crate::units::placed`]).
+    host_slots: HostSlots,
     cancel: Cancel,
     events: UnboundedSender<Event>,
     started: Instant,
@@ -154,13 +156,8 @@ impl Shared {
         Shared {
             commits,
             families: Default::default(),
-            pools: plan
-                .pipeline
-                .resources
-                .iter()
-                .map(|(k, v)| (k.clone(), Semaphore::new(*v as usize)))
-                .collect(),
-            host_units: placed::host_units(&ctx.placement),
+            run_pools: RunPools::new(&plan.pipeline.resources, &plan.pipeline.host_pools),
+            host_slots: HostSlots::new(ctx.placement.hosts().map(|h| (h.name.as_str(), &h.pools))),
             jobs: Semaphore::new(opts.jobs.max(1)),
             cancel: Cancel::default(),
             events,

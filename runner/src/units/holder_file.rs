@@ -1,4 +1,4 @@
-//! The files behind heddle's cross-process locks (a pipeline's `out/`, a host-wide resource
+//! The files behind heddle's cross-process locks (a pipeline's `out/`, a machine-wide resource
 //! unit): the OS lock on the file is the lock, and the file's text says who holds it, for
 //! whoever waits and for `heddle status`. The text is a diagnostic only; nothing trusts it.
 

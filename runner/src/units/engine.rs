@@ -1,5 +1,5 @@
 //! Units of a configured host's engine-wide pools: `pools = { hailo = { units = 1, scope =
-//! "host" } }` in hosts.toml. A plain `hailo = 1` is this run's capacity on the host; an
+//! "engine" } }` in hosts.toml. A plain `hailo = 1` is this run's capacity on the host; an
 //! engine-wide pool is one set of units for every heddle, on any machine, that places stages
 //! on that engine. Two engineers flashing one device box never run at the same time, and a
 //! heddle that dies (kill -9, or its machine leaving the network) does not keep the unit: each
@@ -32,14 +32,14 @@
 //! Cost: one create, attach and start and one list per unit taken, one forced removal per unit
 //! released (`containers/examples/unit_lock.rs` measures them; benches/RESULTS.md, M4).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::{select_all, FutureExt};
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use heddle_containers::{BusyUnit, ContainerError, Engine, HeldUnit, UnitHolder, UnitTry};
-
-use crate::hosts::Host;
+use heddle_containers::{
+    BusyUnit, ContainerError, Engine, EngineUnitHolder, HeldUnit, TlsFiles, UnitTry,
+};
 
 /// The longest a waiter goes without trying again (the engine's "removed" answer usually
 /// comes first).
@@ -59,6 +59,21 @@ pub const STATUS_WAIT: Duration = Duration::from_secs(3);
 /// The shortest time between two tries, so an engine that answers every wait at once is not
 /// asked in a tight loop.
 const MIN_GAP: Duration = Duration::from_millis(50);
+
+/// A configured host as its engine-wide units see it. `crate::hosts` declares its pools with
+/// [`super::pool_spec`], so this room reads a host through this view rather than import
+/// `hosts` back (runner/tests/module_graph.rs keeps the rooms a layering).
+#[derive(Debug, Clone, Copy)]
+pub struct EngineHost<'a> {
+    pub name: &'a str,
+    /// The engine's address, as bollard takes it.
+    pub docker: &'a str,
+    pub tls: Option<&'a TlsFiles>,
+    /// Pool name → units the host offers.
+    pub pools: &'a BTreeMap<String, u32>,
+    /// The pools shared by every heddle that places stages on this engine.
+    pub engine_wide: &'a BTreeSet<String>,
+}
 
 /// What a taker says about itself on the lock containers (for waiters and `heddle status`).
 #[derive(Debug, Clone, Copy)]
@@ -87,7 +102,10 @@ pub enum EngineUnitError {
 }
 
 /// The engine-wide pools among `wants` on `host`, with the units wanted of each, in name order.
-pub fn engine_wide_wants(host: &Host, wants: &BTreeMap<String, u32>) -> BTreeMap<String, u32> {
+pub fn engine_wide_wants(
+    host: &EngineHost<'_>,
+    wants: &BTreeMap<String, u32>,
+) -> BTreeMap<String, u32> {
     wants
         .iter()
         .filter(|(pool, _)| host.engine_wide.contains(*pool))
@@ -100,7 +118,7 @@ pub fn engine_wide_wants(host: &Host, wants: &BTreeMap<String, u32>) -> BTreeMap
 /// Cancel by dropping the future: whatever a try had taken is released.
 pub async fn take(
     engine: &Engine,
-    host: &Host,
+    host: &EngineHost<'_>,
     image: &str,
     wants: &BTreeMap<String, u32>,
     taker: Taker<'_>,
@@ -161,7 +179,7 @@ pub async fn take(
 /// One try at every wanted unit: all of them, or none and the lock containers in the way.
 async fn try_all(
     engine: &Engine,
-    host: &Host,
+    host: &EngineHost<'_>,
     image: &str,
     wants: &BTreeMap<String, u32>,
     taker: Taker<'_>,
@@ -205,7 +223,7 @@ async fn try_all(
 /// new holder runs anything it waits, holding the units, for every such container to stop.
 async fn wait_for_leftovers(
     engine: &Engine,
-    host: &Host,
+    host: &EngineHost<'_>,
     units: &EngineUnits,
     tell: &(dyn Fn(String) + Sync),
 ) -> Result<(), EngineUnitError> {
@@ -244,8 +262,8 @@ async fn wait_for_leftovers(
     Ok(())
 }
 
-fn holder(taker: Taker<'_>, pool: &str, unit: u32) -> UnitHolder {
-    UnitHolder {
+fn holder(taker: Taker<'_>, pool: &str, unit: u32) -> EngineUnitHolder {
+    EngineUnitHolder {
         pool: pool.to_string(),
         unit,
         pid: Some(std::process::id()),
@@ -259,9 +277,9 @@ fn holder(taker: Taker<'_>, pool: &str, unit: u32) -> UnitHolder {
     }
 }
 
-fn take_error(host: &Host, pool: &str, source: ContainerError) -> EngineUnitError {
+fn take_error(host: &EngineHost<'_>, pool: &str, source: ContainerError) -> EngineUnitError {
     EngineUnitError::Take {
-        host: host.name.clone(),
+        host: host.name.to_string(),
         pool: pool.to_string(),
         source,
     }
@@ -337,9 +355,9 @@ pub enum HostLocks {
 
 /// The lock containers of `host`'s engine-wide pools, asked of its engine with a short limit
 /// so a host that is down does not hold up `heddle status`.
-pub async fn locks_on(host: &Host) -> HostLocks {
+pub async fn locks_on(host: EngineHost<'_>) -> HostLocks {
     let ask = async {
-        let engine = Engine::connect_with(Some(&host.docker), host.tls.as_ref()).await?;
+        let engine = Engine::connect_with(Some(host.docker), host.tls).await?;
         engine.unit_locks().await
     };
     match tokio::time::timeout(STATUS_WAIT, ask).await {
@@ -360,7 +378,7 @@ pub async fn locks_on(host: &Host) -> HostLocks {
 
 /// `waiting for `hailo` on host devbox, held by pid 123 on laptop-2, run R (flash), since
 /// unix T`, for every lock container in the way.
-fn waiting_for(host: &Host, busy: &[BusyUnit]) -> String {
+fn waiting_for(host: &EngineHost<'_>, busy: &[BusyUnit]) -> String {
     let mut pools: Vec<&str> = busy.iter().map(|b| b.pool.as_str()).collect();
     pools.dedup();
     let whom: Vec<String> = busy.iter().map(describe).collect();
@@ -417,7 +435,7 @@ mod tests {
             unit: 0,
             id: "0123456789abcdef".repeat(4),
             running,
-            holder: Some(UnitHolder {
+            holder: Some(EngineUnitHolder {
                 pool: pool.into(),
                 unit: 0,
                 pid: Some(123),
@@ -431,14 +449,14 @@ mod tests {
 
     #[test]
     fn the_waiting_message_names_the_holder() {
-        let host = Host {
-            name: "devbox".into(),
-            docker: "tcp://devbox:2375".into(),
+        let pools = BTreeMap::from([("hailo".into(), 1), ("gpu".into(), 2)]);
+        let engine_wide = ["hailo".to_string()].into();
+        let host = EngineHost {
+            name: "devbox",
+            docker: "tcp://devbox:2375",
             tls: None,
-            pools: BTreeMap::from([("hailo".into(), 1), ("gpu".into(), 2)]),
-            engine_wide: ["hailo".to_string()].into(),
-            transfer: crate::model::Transfer::Auto,
-            defined_at: "hosts.toml:1:8".into(),
+            pools: &pools,
+            engine_wide: &engine_wide,
         };
         assert_eq!(
             waiting_for(&host, &[busy("hailo", true)]),

@@ -1,8 +1,8 @@
-//! Resource pools that span every heddle process on a host: `[resources] hailo = { units = 1,
-//! scope = "host" }`.
+//! Resource pools that span every heddle process on this machine: `[resources] hailo = { units
+//! = 1, scope = "machine" }`.
 //!
-//! A per-run pool is a semaphore inside one process, so two runs on the device host would
-//! both take `/dev/hailo0`. A host pool is one lock file per unit in a host-wide folder
+//! A per-run pool is a semaphore inside one process, so two runs on the device's machine would
+//! both take `/dev/hailo0`. A machine pool is one lock file per unit in a machine-wide folder
 //! (`$HEDDLE_HOST_LOCK_DIR`, else `<temp dir>/heddle-host-locks/<pool>/<unit>.lock`), locked
 //! with `flock`/`LockFileEx`: the kernel releases a unit when its holder dies, even by
 //! `kill -9`, so a crashed run never keeps the device. The holder writes who it is (pid, run,
@@ -17,28 +17,28 @@ use std::fs::{File, TryLockError};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::holder_file;
+use super::holder_file;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How often a waiter tries the units again.
 pub const POLL: Duration = Duration::from_millis(50);
 
-/// The folder holding every host pool's unit locks.
+/// The folder holding every machine pool's unit locks.
 pub fn lock_dir() -> PathBuf {
     std::env::var_os("HEDDLE_HOST_LOCK_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("heddle-host-locks"))
 }
 
-/// Held units of one host pool; released on drop (or when the process dies).
+/// Held units of one machine pool; released on drop (or when the process dies).
 #[derive(Debug)]
-pub struct HostUnits {
+pub struct MachineUnits {
     _files: Vec<File>,
 }
 
 /// Who holds a unit, as its holder wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnitHolder {
+pub struct MachineUnitHolder {
     pub pool: String,
     pub unit: u32,
     pub pid: Option<u32>,
@@ -49,7 +49,7 @@ pub struct UnitHolder {
 
 #[derive(Debug, thiserror::Error)]
 #[error("failed to open host lock {path} (set HEDDLE_HOST_LOCK_DIR to a folder every heddle on this host can write)")]
-pub struct HostPoolError {
+pub struct MachineUnitError {
     pub path: PathBuf,
     #[source]
     pub source: std::io::Error,
@@ -59,9 +59,9 @@ fn unit_path(dir: &Path, pool: &str, unit: u32) -> PathBuf {
     dir.join(pool).join(format!("{unit}.lock"))
 }
 
-fn open_unit(dir: &Path, pool: &str, unit: u32) -> Result<File, HostPoolError> {
+fn open_unit(dir: &Path, pool: &str, unit: u32) -> Result<File, MachineUnitError> {
     let path = unit_path(dir, pool, unit);
-    holder_file::open(&path).map_err(|source| HostPoolError { path, source })
+    holder_file::open(&path).map_err(|source| MachineUnitError { path, source })
 }
 
 /// Try once to take `want` of the pool's `units` units; `Ok(None)` when fewer are free (none
@@ -72,7 +72,7 @@ pub fn try_take(
     units: u32,
     want: u32,
     who: (&str, &str),
-) -> Result<Option<HostUnits>, HostPoolError> {
+) -> Result<Option<MachineUnits>, MachineUnitError> {
     let mut held = Vec::new();
     for unit in 0..units {
         if held.len() as u32 == want {
@@ -86,14 +86,53 @@ pub fn try_take(
             }
             Err(TryLockError::WouldBlock) => {}
             Err(TryLockError::Error(source)) => {
-                return Err(HostPoolError {
+                return Err(MachineUnitError {
                     path: unit_path(dir, pool, unit),
                     source,
                 })
             }
         }
     }
-    Ok((held.len() as u32 == want).then_some(HostUnits { _files: held }))
+    Ok((held.len() as u32 == want).then_some(MachineUnits { _files: held }))
+}
+
+/// Take `want` of the pool's `units` units, trying again every [`POLL`] while other heddle
+/// processes hold them, and saying once through `say` who holds them. Cancel by dropping the
+/// future (a try keeps nothing it could not complete).
+pub async fn take(
+    pool: &str,
+    units: u32,
+    want: u32,
+    who: (&str, &str),
+    say: &(dyn Fn(String) + Sync),
+) -> Result<MachineUnits, MachineUnitError> {
+    let dir = lock_dir();
+    let mut told = false;
+    loop {
+        if let Some(u) = try_take(&dir, pool, units, want, who)? {
+            return Ok(u);
+        }
+        if !told {
+            told = true;
+            let held: Vec<String> = holders(&dir)
+                .into_iter()
+                .filter(|h| h.pool == pool)
+                .map(|h| {
+                    format!(
+                        "pid {} run {} ({})",
+                        h.pid.map_or("?".into(), |p| p.to_string()),
+                        h.run_id,
+                        h.instance
+                    )
+                })
+                .collect();
+            say(format!(
+                "waiting for host-wide `{pool}`, held by {}",
+                held.join(", ")
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 fn note_holder(f: &mut File, (run_id, instance): (&str, &str)) {
@@ -105,8 +144,8 @@ fn note_holder(f: &mut File, (run_id, instance): (&str, &str)) {
     holder_file::say_holder(f, &format!("{pid}\n{run_id}\n{instance}\n{since}\n"));
 }
 
-/// Every unit currently held on this host, in every pool (for `heddle status`).
-pub fn holders(dir: &Path) -> Vec<UnitHolder> {
+/// Every unit currently held on this machine, in every pool (for `heddle status`).
+pub fn holders(dir: &Path) -> Vec<MachineUnitHolder> {
     let mut out = Vec::new();
     let Ok(pools) = std::fs::read_dir(dir) else {
         return out;
@@ -141,7 +180,7 @@ pub fn holders(dir: &Path) -> Vec<UnitHolder> {
             let mut text = String::new();
             let _ = f.read_to_string(&mut text);
             let mut lines = text.lines();
-            out.push(UnitHolder {
+            out.push(MachineUnitHolder {
                 pool: pool.clone(),
                 unit,
                 pid: lines.next().and_then(|l| l.parse().ok()),

@@ -1,7 +1,7 @@
 //! The value of a pool entry: `gpu = 1` (a pool of one run) or
 //! `hailo = { units = 1, scope = "machine" }` in a pipeline's `[resources]` (shared by every
-//! heddle on this machine, [`crate::host_pool`]), `scope = "engine"` in `hosts.toml` (shared by
-//! every heddle placing on that Docker engine, [`crate::engine_units`]).
+//! heddle on this machine, [`super::machine`]), `scope = "engine"` in `hosts.toml` (shared by
+//! every heddle placing on that Docker engine, [`super::engine`]).
 //!
 //! Both were once spelled `scope = "host"`, which read as the same thing in two files that mean
 //! different things; that spelling is still accepted, with a warning, for one release.
