@@ -7,12 +7,32 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use heddle_cache::{error_chain, ActionEntry, Digest, OutputEntry};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use heddle_cache::{error_chain, ActionEntry, Digest, OutputEntry, Store};
 
 use super::description::{self as d, Outcome};
-use super::driver::ClusterExecutor;
 use super::engine::JobState;
 use crate::exec::{ExecOutcome, ExecRequest};
+use crate::shared_cache::SharedCache;
+
+/// What bringing one job's end back reads and writes: the driver's stores and the instance.
+pub(super) struct Return<'a> {
+    pub store: &'a Store,
+    pub shared: &'a dyn SharedCache,
+    /// Actions whose entry was read from the shared cache (the run's write-back skips them).
+    pub on_remote: &'a Mutex<HashMap<Digest, BTreeMap<String, OutputEntry>>>,
+    pub key: Digest,
+    /// Output name → file, as the stage declares them.
+    pub outputs: &'a BTreeMap<String, String>,
+    /// An existing entry may answer (the stage is cacheable and the run may use the cache).
+    pub reuse: bool,
+    /// The outcome tag of the job (`slurm:CLUSTER:ID`, ...).
+    pub tag: String,
+    /// Told the node the worker ran on, once its outcome says.
+    pub on_node: &'a (dyn Fn(&str) + Send + Sync),
+}
 
 /// How a job's end reads once the cache was asked.
 pub(super) enum Back {
@@ -22,23 +42,21 @@ pub(super) enum Back {
     Infra(String),
 }
 
-impl ClusterExecutor {
+impl Return<'_> {
     /// Ask the cache how job `id` ended: the action's entry (success), else the worker's
     /// outcome (the stage's failure, or an infrastructure fault), else a lost job.
     pub(super) async fn bring_back(&self, req: &ExecRequest, id: &str, ended: &JobState) -> Back {
-        let drv = &self.driver;
-        let key = self.job.key;
-        let tag = drv.poller.outcome_tag(id);
-        let okey = d::outcome_key(&key, &tag);
+        let key = self.key;
+        let okey = d::outcome_key(&key, &self.tag);
         let unreachable = |e: crate::shared_cache::SharedCacheError| {
             Back::Infra(format!(
                 "the shared cache {} failed: {}",
-                drv.shared.describe(),
+                self.shared.describe(),
                 e.message
             ))
         };
-        let outcome_names = d::outcome_outputs(self.job.outputs.keys());
-        let outcome = match d::fetch_allowing(drv.shared.as_ref(), &okey, &outcome_names).await {
+        let outcome_names = d::outcome_outputs(self.outputs.keys());
+        let outcome = match d::fetch_allowing(self.shared, &okey, &outcome_names).await {
             Ok(Some(_)) => match self.read_outcome(okey) {
                 Ok(o) => Some(o),
                 Err(e) => return Back::Infra(e),
@@ -47,14 +65,14 @@ impl ClusterExecutor {
             Err(e) => return unreachable(e),
         };
         if let Some((o, _)) = &outcome {
-            self.set_node(&o.node);
+            (self.on_node)(&o.node);
         }
-        if self.job.entry.is_some() && self.job.reuse {
-            let names = self.job.outputs.keys().cloned().collect();
-            match drv.shared.fetch(key, names).await {
+        if self.reuse {
+            let names = self.outputs.keys().cloned().collect();
+            match self.shared.fetch(key, names).await {
                 Ok(Some(_)) => {
-                    if let Ok(Some(e)) = drv.store.lookup_action(&key) {
-                        drv.on_remote
+                    if let Ok(Some(e)) = self.store.lookup_action(&key) {
+                        self.on_remote
                             .lock()
                             .expect("on_remote")
                             .insert(key, e.outputs);
@@ -109,7 +127,6 @@ impl ClusterExecutor {
 
     fn read_outcome(&self, okey: Digest) -> Result<(Outcome, ActionEntry), String> {
         let entry = self
-            .driver
             .store
             .lookup_action(&okey)
             .map_err(|e| error_chain(&e))?
@@ -118,7 +135,7 @@ impl ClusterExecutor {
             .outputs
             .get(d::OUTCOME_FILE)
             .ok_or("the outcome entry has no outcome.json")?;
-        let bytes = std::fs::read(self.driver.store.blob_path(&file.digest()))
+        let bytes = std::fs::read(self.store.blob_path(&file.digest()))
             .map_err(|e| format!("failed to read the outcome: {e}"))?;
         let o: Outcome = serde_json::from_slice(&bytes)
             .map_err(|e| format!("the worker's outcome is not readable: {e}"))?;
@@ -134,7 +151,7 @@ impl ClusterExecutor {
         outcome: Option<&ActionEntry>,
         outputs_from_outcome: bool,
     ) -> Result<(), String> {
-        let store = &self.driver.store;
+        let store = self.store;
         let put = |entry: &OutputEntry, dest: &Path| -> Result<(), String> {
             if let Some(parent) = dest.parent() {
                 std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
@@ -172,7 +189,7 @@ impl ClusterExecutor {
                 .map(|e| e.outputs)
                 .unwrap_or_default()
         };
-        for (name, file) in &self.job.outputs {
+        for (name, file) in self.outputs {
             if let Some(e) = outs.get(name) {
                 put(e, &req.sandbox.join("out").join(name).join(file))?;
             }

@@ -20,7 +20,7 @@ use heddle_cache::{error_chain, ActionEntry, Digest, OutputEntry, Store};
 use serde_json::json;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::bring_back::Back;
+use super::bring_back::{Back, Return};
 use super::description::{self as d, ContainerDesc, Description, EntryDesc, GpusDesc};
 use super::engine::{Engine, EngineError, JobState, Submission};
 use super::kube_api::Kubernetes;
@@ -41,8 +41,8 @@ const CANCEL_WAIT: Duration = Duration::from_secs(30);
 pub struct Driver {
     pub cluster: Cluster,
     pub poller: Arc<Poller>,
-    pub(super) shared: Arc<dyn SharedCache>,
-    pub(super) store: Arc<Store>,
+    shared: Arc<dyn SharedCache>,
+    store: Arc<Store>,
     /// The worker's command line up to `worker`: binary, cache dir, remote.
     worker_prefix: String,
     run_id: String,
@@ -50,7 +50,7 @@ pub struct Driver {
     stage_dirs: Mutex<HashMap<PathBuf, OutputEntry>>,
     /// Actions whose entry this driver fetched from the shared cache, where the worker had
     /// stored it (blobs first, the entry last): the run's write-back need not push them.
-    pub(super) on_remote: Mutex<HashMap<Digest, BTreeMap<String, OutputEntry>>>,
+    on_remote: Mutex<HashMap<Digest, BTreeMap<String, OutputEntry>>>,
     /// What the user reads whatever the progress display (a resubmission, a long wait).
     tell: Arc<dyn Fn(String) + Send + Sync>,
 }
@@ -181,8 +181,8 @@ impl Driver {
 }
 
 pub struct ClusterExecutor {
-    pub(super) driver: Arc<Driver>,
-    pub(super) job: InstanceJob,
+    driver: Arc<Driver>,
+    job: InstanceJob,
     placed: Arc<Mutex<Option<JobRecord>>>,
 }
 
@@ -266,7 +266,18 @@ impl ClusterExecutor {
                 drv.poller.cancel(&job.id);
                 return Err(ExecError::Other(format!("job {}: {why}", job.id)));
             }
-            let why = match self.bring_back(&req, &job.id, &ended).await {
+            let on_node = |node: &str| self.set_node(node);
+            let back = Return {
+                store: &drv.store,
+                shared: drv.shared.as_ref(),
+                on_remote: &drv.on_remote,
+                key: self.job.key,
+                outputs: &self.job.outputs,
+                reuse: self.job.entry.is_some() && self.job.reuse,
+                tag: drv.poller.outcome_tag(&job.id),
+                on_node: &on_node,
+            };
+            let why = match back.bring_back(&req, &job.id, &ended).await {
                 Back::Done(outcome) => return Ok(outcome),
                 Back::Refused(class, message) => return Err(ExecError::Refused { class, message }),
                 Back::Infra(why) => why,
@@ -357,7 +368,7 @@ impl ClusterExecutor {
         });
     }
 
-    pub(super) fn set_node(&self, node: &str) {
+    fn set_node(&self, node: &str) {
         if let Some(r) = self.placed.lock().expect("placed").as_mut() {
             r.node = Some(node.to_string());
         }
