@@ -110,13 +110,13 @@ fn warning_line(running: &BTreeMap<usize, String>, ev: &Event) -> Option<String>
 /// its error line) is made [`printable`], and heddle's own colours are not.
 fn print_line(err: &mut impl Write, ev: &Event) {
     match ev {
-        Event::Started { label, reason, .. } => {
+        Event::Started { label, why, .. } => {
             // The reason quotes params and matrix values: the user's text too.
             let _ = writeln!(
                 err,
                 "run     {}  ({})",
                 printable_line(label),
-                printable_line(reason)
+                printable_line(&why.to_string())
             );
         }
         Event::Finished {
@@ -146,8 +146,8 @@ fn print_line(err: &mut impl Write, ev: &Event) {
                 }
             };
         }
-        Event::Message(m) => {
-            let _ = writeln!(err, "note    {}", printable(m));
+        Event::Note(n) => {
+            let _ = writeln!(err, "note    {}", printable(&n.to_string()));
         }
         Event::Line { .. } => {}
     }
@@ -212,8 +212,8 @@ async fn bar(total: usize, mut rx: UnboundedReceiver<Event>) -> Tally {
                 }
                 main.inc(1);
             }
-            Event::Message(m) => {
-                let _ = multi.println(format!("note    {}", printable(m)));
+            Event::Note(n) => {
+                let _ = multi.println(format!("note    {}", printable(&n.to_string())));
             }
         }
         count(&mut tally, &ev);

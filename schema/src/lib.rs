@@ -15,7 +15,10 @@ pub use heddle_cache::OutputEntry;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod reason;
 mod vecmap;
+
+pub use reason::{value_text, Change, Reason};
 pub use vecmap::VecMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -221,8 +224,12 @@ pub struct InstanceRecord {
     pub remote_signer: Option<RemoteSigner>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_key: Option<String>,
-    /// Why it ran (or `cached`).
+    /// Why it ran (or `cached`), as a sentence.
     pub reason: String,
+    /// The same, typed, for an instance that ran (absent for a hit, whose `cached` says it, for
+    /// a skip, whose status has its cause, and in records older than it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<Reason>,
     pub duration_ms: u64,
     /// Wall-clock start and end, milliseconds since the run started.
     pub start_ms: u64,

@@ -137,3 +137,33 @@ fn a_no_op_run_writes_next_to_nothing_and_reads_back_whole() {
     p.heddle(&["diff"]).ok();
     p.heddle(&["status", "p.toml", "--check"]).ok();
 }
+
+/// The record keeps why an instance ran typed (`why`), as `plan --json` has it, beside the
+/// sentence every reader shows; a hit has none (its `cached` says it).
+#[test]
+fn the_record_says_why_an_instance_ran_typed() {
+    let text = |n: u32| {
+        format!(
+            "[pipeline]\nname = \"w\"\n[params]\nn = {n}\n\
+             [stages.a]\nrun = \"echo {{{{ params.n }}}} > {{{{ out.o }}}}\"\noutputs = {{ o = \"o\" }}\n"
+        )
+    };
+    let p = Project::with_pipeline(&text(1));
+    p.run("p.toml", &[]).ok();
+    let a = instance(&p.last_record(), "a").clone();
+    assert_eq!(a["why"], serde_json::json!({"kind": "never_run"}));
+    assert_eq!(a["reason"], "never run");
+    p.run("p.toml", &[]).ok();
+    let hit = instance(&p.last_record(), "a").clone();
+    assert!(hit.get("why").is_none(), "{hit}");
+    p.file("p.toml", &text(2));
+    p.run("p.toml", &[]).ok();
+    let a = instance(&p.last_record(), "a").clone();
+    assert_eq!(
+        a["why"],
+        serde_json::json!({"kind": "changed", "changes": [
+            {"kind": "param", "name": "n", "old": 1, "new": 2}
+        ]})
+    );
+    assert_eq!(a["reason"], "param n 1 → 2");
+}

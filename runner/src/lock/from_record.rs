@@ -225,6 +225,7 @@ mod tests {
             remote_signer: None,
             cache_key: (status != Status::Skipped).then(|| "ab".repeat(32)),
             reason: "cached".into(),
+            why: None,
             duration_ms: 1,
             start_ms: 0,
             end_ms: 1,

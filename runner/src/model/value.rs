@@ -101,13 +101,7 @@ pub fn toml_to_json(v: &toml::Value) -> Value {
     }
 }
 
-/// A value as it appears in a label or a rendered command: strings bare, the rest as JSON.
-pub fn value_text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
+pub use heddle_schema::value_text;
 
 #[derive(Debug, Clone)]
 pub struct ParamDef {

@@ -44,7 +44,7 @@ const INDEX_MAGIC: &[u8] = b"heddle-record-index 1\n";
 const MIN_SHARED_PERCENT: usize = 50;
 
 /// The record a cache hit of instance `r` has, with start and end times `start_ms`, `end_ms`:
-/// what `serve_hit` in `sched/instance.rs` leaves after the key (cached, reason `cached`, no
+/// what `serve_hit` in `sched/instance.rs` leaves after the key (cached, reason `cached`, no `why`, no
 /// attempt, no command, log, facts, host or job, an ok status without error).
 fn hit_form(r: &InstanceRecord, start_ms: u64, end_ms: u64) -> InstanceRecord {
     let mut h = r.clone();
@@ -53,6 +53,7 @@ fn hit_form(r: &InstanceRecord, start_ms: u64, end_ms: u64) -> InstanceRecord {
     h.remote = false;
     h.remote_signer = None;
     h.reason = "cached".into();
+    h.why = None;
     h.duration_ms = 0;
     h.start_ms = start_ms;
     h.end_ms = end_ms;
@@ -81,6 +82,7 @@ fn is_hit_form(r: &InstanceRecord) -> bool {
         && !r.remote
         && r.remote_signer.is_none()
         && r.reason == "cached"
+        && r.why.is_none()
         && r.duration_ms == 0
         && r.attempts == 0
         && r.command.is_none()

@@ -21,7 +21,7 @@ use crate::render::render;
 use crate::sandbox::{check_inputs, lay_out, Sandbox, SandboxError};
 
 use super::outcome::{cancelled, failed, heddle_error};
-use super::{blocking, Event, Shared};
+use super::{blocking, Event, Note, Shared};
 
 /// Run instance `id` once: its stored outputs, or how it failed. `holds` names the lock
 /// containers of the engine-wide units held for it.
@@ -201,10 +201,10 @@ fn read_facts(
     match serde_json::from_str::<Value>(&mask.apply(&text)) {
         Ok(v) => record.facts = Some(v),
         Err(e) => {
-            let _ = sh.events.send(Event::Message(format!(
-                "{}: HEDDLE_FACTS_FILE is not JSON ({e}); ignored",
-                sh.ctx.plan.instances[id].label
-            )));
+            let _ = sh.events.send(Event::Note(Note::FactsNotJson {
+                label: sh.ctx.plan.instances[id].label.clone(),
+                error: e.to_string(),
+            }));
         }
     }
 }

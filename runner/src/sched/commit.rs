@@ -12,7 +12,7 @@ use tokio::sync::{oneshot, Semaphore};
 use crate::cluster::Driver;
 use crate::shared_cache::RemoteGate;
 
-use super::{blocking, Event};
+use super::{blocking, Event, Note};
 
 /// An action to record, with the key lock held until it is durable (so a process waiting on
 /// the key then finds it), or a request to report when everything sent before is recorded.
@@ -74,8 +74,10 @@ pub(super) async fn commit_loop(
             match res {
                 Ok(()) => pushes.start(keys),
                 Err(e) => {
-                    let _ =
-                        events.send(Event::Message(format!("failed to record {n} actions: {e}")));
+                    let _ = events.send(Event::Note(Note::CommitFailed {
+                        actions: n,
+                        error: e.to_string(),
+                    }));
                 }
             }
         }

@@ -19,7 +19,7 @@ use crate::units::{self, AcquireError, Candidate, Held};
 use super::attempt::attempt_once;
 use super::commit::Commit;
 use super::outcome::{conclude, empty_record, heddle_error, interrupted_before_start};
-use super::{blocking, now_ms, Event, Shared};
+use super::{blocking, now_ms, Event, Note, Shared};
 
 /// One instance, start to end.
 pub(super) async fn process(
@@ -65,7 +65,9 @@ async fn miss(
 ) -> InstanceRecord {
     let stage = sh.ctx.plan.stage_of(id);
     let cacheable = sh.opts.may_use_cache(stage);
-    record.reason = why_it_runs(sh, id, &parts).await.to_string();
+    let why = why_it_runs(sh, id, &parts).await;
+    record.reason = why.to_string();
+    record.why = Some(why);
     let mut held = match hold_resources(sh, id).await {
         Ok(held) => held,
         Err(status) => return conclude(sh, id, record, status),
@@ -244,7 +246,11 @@ async fn hold_resources(sh: &Shared, id: usize) -> Result<Held<'_>, StatusRecord
         jobs: (!on_cluster).then_some(&sh.jobs),
         cancel: &sh.cancel.graceful,
         say: Arc::new(move |text| {
-            let _ = events.send(Event::Message(format!("{label}: {text}")));
+            let note = Note::Units {
+                label: label.clone(),
+                text,
+            };
+            let _ = events.send(Event::Note(note));
         }),
     };
     match units::acquire(request).await {
@@ -265,10 +271,9 @@ async fn single_flight(
     match sh.ctx.store.try_lock_key(key) {
         Ok(Some(l)) => Ok(Some(l)),
         Ok(None) => {
-            let _ = sh.events.send(Event::Message(format!(
-                "{}: waiting for another heddle computing the same key",
-                inst.label
-            )));
+            let _ = sh.events.send(Event::Note(Note::WaitingForKey {
+                label: inst.label.clone(),
+            }));
             let (st, key) = (sh.ctx.store.clone(), *key);
             let wait = blocking(move || st.lock_key(&key));
             tokio::select! {
@@ -296,7 +301,10 @@ async fn execute(
     let _ = sh.events.send(Event::Started {
         id,
         label: inst.label.clone(),
-        reason: record.reason.clone(),
+        why: record
+            .why
+            .clone()
+            .expect("a miss has its reason before it executes"),
     });
     let (exec, placed) = super::on_cluster::executor(sh, id, record);
     let mut attempt = 0;
@@ -308,11 +316,11 @@ async fn execute(
                     && status.error_class != Some(ErrorClass::Interrupted)
                     && !sh.cancel.graceful.is_cancelled() =>
             {
-                let _ = sh.events.send(Event::Message(format!(
-                    "{}: attempt {attempt} failed ({}), retrying",
-                    inst.label,
-                    status.error.clone().unwrap_or_default()
-                )));
+                let _ = sh.events.send(Event::Note(Note::Retrying {
+                    label: inst.label.clone(),
+                    attempt,
+                    error: status.error.clone().unwrap_or_default(),
+                }));
             }
             r => break r,
         }

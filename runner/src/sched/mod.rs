@@ -37,7 +37,7 @@ use crate::units::run::RunPools;
 use commit::Commit;
 
 // The CLI reaches these through the scheduler, where they were first defined.
-pub use crate::event::Event;
+pub use crate::event::{Event, Note};
 use crate::hostname::hostname;
 use crate::prepare::Context;
 use crate::run_options::RunOptions;
@@ -83,10 +83,10 @@ pub async fn run(ctx: Context, opts: RunOptions, events: UnboundedSender<Event>)
     crate::exec::contain::sweep_run().await;
     let pool = shared.sandboxes.clone();
     for (path, e) in blocking(move || pool.remove_all()).await {
-        let _ = shared.events.send(Event::Message(format!(
-            "could not remove the sandbox {}: {e} (the next run or `heddle cache gc` tries again)",
-            path.display()
-        )));
+        let _ = shared.events.send(Event::Note(Note::SandboxLeft {
+            path,
+            error: e.to_string(),
+        }));
     }
     repair_out(&shared, &walk).await;
     let _ = shared.ctx.stats.save();
@@ -122,17 +122,19 @@ async fn repair_out(sh: &Arc<Shared>, walk: &Walk) {
     })
     .await;
     for r in repairs {
-        let text = match r {
-            crate::outputs::Repair::Restored { label, path } => format!(
-                "{} was changed by a stage writing through its input; restored it from the store as {label} made it",
-                path.display()
-            ),
-            crate::outputs::Repair::Removed { label, path } => format!(
-                "{} was changed by a stage writing through its input, and the store lost those bytes too; removed it (the next run recomputes {label})",
-                path.display()
-            ),
+        let note = match r {
+            crate::outputs::Repair::Restored { label, path } => Note::OutputRepaired {
+                path,
+                by: label,
+                restored: true,
+            },
+            crate::outputs::Repair::Removed { label, path } => Note::OutputRepaired {
+                path,
+                by: label,
+                restored: false,
+            },
         };
-        let _ = sh.events.send(Event::Message(text));
+        let _ = sh.events.send(Event::Note(note));
     }
 }
 
@@ -283,9 +285,7 @@ impl Walk {
     fn interrupted(&mut self, sh: &Shared) {
         self.interrupts += 1;
         if self.interrupts == 1 {
-            let _ = sh.events.send(Event::Message(
-                "interrupt: stopping running stages (Ctrl-C again to kill)".into(),
-            ));
+            let _ = sh.events.send(Event::Note(Note::Interrupt));
             sh.cancel.graceful.cancel();
             self.stop_cause.get_or_insert(outcome::interrupt_cause());
         } else {

@@ -22,6 +22,7 @@ pub(super) fn empty_record(stage: &Stage) -> InstanceRecord {
         remote_signer: None,
         cache_key: None,
         reason: String::new(),
+        why: None,
         duration_ms: 0,
         start_ms: 0,
         end_ms: 0,
