@@ -135,7 +135,7 @@ fn hit_form_and_its_test_agree() {
         |r| r.cached = false,
         |r| r.remote = true,
         |r| r.reason = "never run".into(),
-        |r| r.why = Some(crate::key::Reason::Forced),
+        |r| r.why = Some(heddle_schema::Reason::Forced),
         |r| r.duration_ms = 1,
         |r| r.attempts = 1,
         |r| r.command = Some("c".into()),

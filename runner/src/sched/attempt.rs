@@ -21,36 +21,35 @@ use crate::render::render;
 use crate::sandbox::{check_inputs, lay_out, Sandbox, SandboxError};
 
 use super::outcome::{cancelled, failed, heddle_error};
-use super::{blocking, Event, Note, Shared};
+use super::{blocking, Event, Inst, Note};
 
-/// Run instance `id` once: its stored outputs, or how it failed. `holds` names the lock
+/// Run instance `i.id` once: its stored outputs, or how it failed. `holds` names the lock
 /// containers of the engine-wide units held for it.
 pub(super) async fn attempt_once(
-    sh: &Shared,
-    id: usize,
+    i: Inst<'_>,
     inputs: &BTreeMap<String, Resolved>,
     launch: &Launch,
     exec: &dyn Executor,
     record: &mut InstanceRecord,
     holds: &[String],
 ) -> Result<BTreeMap<String, OutputEntry>, StatusRecord> {
-    let inst = &sh.ctx.plan.instances[id];
-    let sandbox = open_sandbox(sh, id, inputs)
+    let inst = i.inst;
+    let sandbox = open_sandbox(i, inputs)
         .await
         .map_err(|e| heddle_error(inst, error_chain(&e)))?;
     let sb = sandbox.path().to_path_buf();
-    let req = request(sh, id, inputs, launch, exec, &sb, record, holds);
+    let req = request(i, inputs, launch, exec, &sb, record, holds);
     let stderr_log = req.stderr_log.clone();
     let mask = req.mask.clone();
     let t_exec = Instant::now();
-    let events = sh.events.clone();
+    let events = i.sh.events.clone();
     let on_line = move |line| {
-        let _ = events.send(Event::Line { id, line });
+        let _ = events.send(Event::Line { id: i.id, line });
     };
-    let outcome = execution::run(exec, req, sh.cancel.clone(), on_line).await;
+    let outcome = execution::run(exec, req, i.sh.cancel.clone(), on_line).await;
     tracing::debug!(label = %inst.label, ms = t_exec.elapsed().as_secs_f64() * 1e3, "executed");
     let t_collect = Instant::now();
-    read_facts(sh, id, &execution::facts_file(&sb), record, &mask);
+    read_facts(i, &execution::facts_file(&sb), record, &mask);
     let outcome = match outcome {
         Ok(o) => o,
         // Refused where the outputs were (a cluster node): a stage failure, as here.
@@ -66,11 +65,11 @@ pub(super) async fn attempt_once(
             _ => failed(inst, f),
         });
     }
-    let collected = check_and_collect(sh, id, inputs, sandbox, mask).await;
+    let collected = check_and_collect(i, inputs, sandbox, mask).await;
     tracing::debug!(label = %inst.label, ms = t_collect.elapsed().as_secs_f64() * 1e3, "collected");
     match collected {
         Ok((outs, paths)) => {
-            record.output_paths = relative_paths(&sh.ctx.plan.pipeline.root, paths).into();
+            record.output_paths = relative_paths(&i.sh.ctx.plan.pipeline.root, paths).into();
             Ok(outs)
         }
         Err(refused) => Err(failed(inst, refused.into_failure(&stderr_log))),
@@ -79,13 +78,16 @@ pub(super) async fn attempt_once(
 
 /// A sandbox from the pool with the inputs laid out in it.
 async fn open_sandbox(
-    sh: &Shared,
-    id: usize,
+    i: Inst<'_>,
     inputs: &BTreeMap<String, Resolved>,
 ) -> Result<Sandbox, SandboxError> {
     let in_names: Vec<String> = inputs.keys().cloned().collect();
-    let out_names: Vec<String> = sh.ctx.plan.stage_of(id).outputs.keys().cloned().collect();
-    let (pool, store, ins) = (sh.sandboxes.clone(), sh.ctx.store.clone(), inputs.clone());
+    let out_names: Vec<String> = i.stage.outputs.keys().cloned().collect();
+    let (pool, store, ins) = (
+        i.sh.sandboxes.clone(),
+        i.sh.ctx.store.clone(),
+        inputs.clone(),
+    );
     // One trip to the blocking pool for both: each hand-off is two thread switches per stage.
     blocking(move || {
         let sandbox = pool.acquire(&in_names, &out_names)?;
@@ -99,8 +101,7 @@ async fn open_sandbox(
 /// its log files (named in the record) and, for a container stage, the container settings.
 #[allow(clippy::too_many_arguments)]
 fn request(
-    sh: &Shared,
-    id: usize,
+    i: Inst<'_>,
     inputs: &BTreeMap<String, Resolved>,
     launch: &Launch,
     exec: &dyn Executor,
@@ -108,9 +109,9 @@ fn request(
     record: &mut InstanceRecord,
     holds: &[String],
 ) -> ExecRequest {
-    let ctx = &sh.ctx;
-    let inst = &ctx.plan.instances[id];
-    let stage = ctx.plan.stage_of(id);
+    let ctx = &i.sh.ctx;
+    let inst = i.inst;
+    let stage = i.stage;
     let stage_dir = stage.def.as_ref().map(|d| d.dir.clone());
     let layout = exec.layout(sb, stage_dir.as_deref());
     let ok = member_ok_fn(inputs);
@@ -118,8 +119,8 @@ fn request(
         render(&ctx.plan, inst, &layout, &ok).expect("templates were checked at plan time");
     record.command = Some(command.display());
     let safe = path_segment(&inst.label);
-    let stdout_log = sh.logs_dir.join(format!("{safe}.out"));
-    let stderr_log = sh.logs_dir.join(format!("{safe}.err"));
+    let stdout_log = i.sh.logs_dir.join(format!("{safe}.out"));
+    let stderr_log = i.sh.logs_dir.join(format!("{safe}.err"));
     record.logs = Some([
         stdout_log.to_string_lossy().into_owned(),
         stderr_log.to_string_lossy().into_owned(),
@@ -136,11 +137,11 @@ fn request(
     });
     ExecRequest {
         label: inst.label.clone(),
-        run_id: sh.opts.run_id.clone(),
+        run_id: i.sh.opts.run_id.clone(),
         command,
         sandbox: sb.to_path_buf(),
         stage_dir,
-        env: environment(sh, id, launch, sb),
+        env: environment(i, launch, sb),
         timeout: stage.settings.timeout,
         stdout_log,
         stderr_log,
@@ -152,9 +153,9 @@ fn request(
 
 /// The command's environment: the host's base (not in a container, where the host's PATH and
 /// HOME mean nothing), the python env, passed-through and declared variables, and heddle's own.
-fn environment(sh: &Shared, id: usize, launch: &Launch, sb: &Path) -> BTreeMap<String, String> {
-    let ctx = &sh.ctx;
-    let stage = ctx.plan.stage_of(id);
+fn environment(i: Inst<'_>, launch: &Launch, sb: &Path) -> BTreeMap<String, String> {
+    let ctx = &i.sh.ctx;
+    let stage = i.stage;
     let mut env = if stage.container.is_some() {
         BTreeMap::new()
     } else {
@@ -182,15 +183,13 @@ fn environment(sh: &Shared, id: usize, launch: &Launch, sb: &Path) -> BTreeMap<S
         }
     }
     env.extend(stage.settings.vars.clone());
-    let label = &ctx.plan.instances[id].label;
-    env.extend(execution::heddle_vars(sb, label, &sh.opts.run_id));
+    env.extend(execution::heddle_vars(sb, &i.inst.label, &i.sh.opts.run_id));
     env
 }
 
 /// Facts a stage reports about where it ran (a device's identity and firmware, say).
 fn read_facts(
-    sh: &Shared,
-    id: usize,
+    i: Inst<'_>,
     facts_file: &Path,
     record: &mut InstanceRecord,
     mask: &heddle_containers::Mask,
@@ -201,8 +200,8 @@ fn read_facts(
     match serde_json::from_str::<Value>(&mask.apply(&text)) {
         Ok(v) => record.facts = Some(v),
         Err(e) => {
-            let _ = sh.events.send(Event::Note(Note::FactsNotJson {
-                label: sh.ctx.plan.instances[id].label.clone(),
+            let _ = i.sh.events.send(Event::Note(Note::FactsNotJson {
+                label: i.inst.label.clone(),
                 error: e.to_string(),
             }));
         }
@@ -212,18 +211,21 @@ fn read_facts(
 /// [`execution::check_and_collect`] on the blocking pool, the inputs checked as this sandbox
 /// laid them out; the sandbox goes back to its pool after.
 async fn check_and_collect(
-    sh: &Shared,
-    id: usize,
+    i: Inst<'_>,
     inputs: &BTreeMap<String, Resolved>,
     sandbox: Sandbox,
     mask: heddle_containers::Mask,
 ) -> Result<crate::outputs::Collected, execution::Refused> {
-    let plan = &sh.ctx.plan;
-    let (store, stats, ins) = (sh.ctx.store.clone(), sh.ctx.stats.clone(), inputs.clone());
-    let stage = plan.stage_of(id);
+    let plan = &i.sh.ctx.plan;
+    let (store, stats, ins) = (
+        i.sh.ctx.store.clone(),
+        i.sh.ctx.stats.clone(),
+        inputs.clone(),
+    );
+    let stage = i.stage;
     let files = stage.outputs.clone();
     let secret_names = stage.settings.secret_env.clone();
-    let dir = output_dir(plan, &plan.instances[id].label);
+    let dir = output_dir(plan, &i.inst.label);
     blocking(move || {
         let what = execution::Collect {
             files: &files,

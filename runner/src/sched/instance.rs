@@ -19,43 +19,38 @@ use crate::units::{self, AcquireError, Candidate, Held};
 use super::attempt::attempt_once;
 use super::commit::Commit;
 use super::outcome::{conclude, empty_record, heddle_error, interrupted_before_start};
-use super::{blocking, now_ms, Event, Note, Shared};
+use super::{blocking, now_ms, Event, Inst, Note};
 
 /// One instance, start to end.
-pub(super) async fn process(
-    sh: &Arc<Shared>,
-    id: usize,
-    inputs: BTreeMap<String, Resolved>,
-) -> InstanceRecord {
-    let stage = sh.ctx.plan.stage_of(id);
-    let t0 = sh.started.elapsed();
+pub(super) async fn process(i: Inst<'_>, inputs: BTreeMap<String, Resolved>) -> InstanceRecord {
+    let stage = i.stage;
+    let t0 = i.sh.started.elapsed();
     // Built once: the key and the command are both read from it.
-    let launch = Launch::for_instance(&sh.ctx, id);
-    let parts = KeyParts::for_launch(&sh.ctx, id, &inputs, &launch);
+    let launch = Launch::for_instance(&i.sh.ctx, i.id);
+    let parts = KeyParts::for_launch(&i.sh.ctx, i.id, &inputs, &launch);
     let (key, key_text) = parts.digest_and_text();
-    let cacheable = sh.opts.may_use_cache(stage);
-    let mut record = keyed_record(sh, id, &parts, &key, key_text, t0);
+    let cacheable = i.sh.opts.may_use_cache(stage);
+    let mut record = keyed_record(i, &parts, &key, key_text, t0);
     if cacheable {
-        if let Some(hit) = find_hit(sh, id, &key) {
-            return serve_hit(sh, id, record, hit);
+        if let Some(hit) = find_hit(i, &key) {
+            return serve_hit(i, record, hit);
         }
-        if let Some((hit, signer)) = find_remote_hit(sh, id, &key).await {
+        if let Some((hit, signer)) = find_remote_hit(i, &key).await {
             record.remote = true;
             record.remote_signer = Some(signer);
-            return serve_hit(sh, id, record, hit);
+            return serve_hit(i, record, hit);
         }
     }
     // Boxed: a task's future is allocated whole when it is spawned, and every ready instance
     // is spawned at once (a whole matrix, in a no-op run), though most end in the hit above.
-    Box::pin(miss(sh, id, inputs, launch, parts, key, record, t0)).await
+    Box::pin(miss(i, inputs, launch, parts, key, record, t0)).await
 }
 
 /// An instance the cache could not serve: why it runs, its resources, single flight, the
 /// attempts, and storing the result.
 #[allow(clippy::too_many_arguments)] // the instance's state so far, each computed once
 async fn miss(
-    sh: &Arc<Shared>,
-    id: usize,
+    i: Inst<'_>,
     inputs: BTreeMap<String, Resolved>,
     launch: Launch,
     parts: KeyParts,
@@ -63,65 +58,64 @@ async fn miss(
     mut record: InstanceRecord,
     t0: Duration,
 ) -> InstanceRecord {
-    let stage = sh.ctx.plan.stage_of(id);
-    let cacheable = sh.opts.may_use_cache(stage);
-    let why = why_it_runs(sh, id, &parts).await;
+    let stage = i.stage;
+    let cacheable = i.sh.opts.may_use_cache(stage);
+    let why = why_it_runs(i, &parts).await;
     record.reason = why.to_string();
     record.why = Some(why);
-    let mut held = match hold_resources(sh, id).await {
+    let mut held = match hold_resources(i).await {
         Ok(held) => held,
-        Err(status) => return conclude(sh, id, record, status),
+        Err(status) => return conclude(i, record, status),
     };
     // The attempt reads it to run on that host's engine.
     record.host = held.host.clone();
     let key_lock = if cacheable {
-        let lock = match single_flight(sh, id, &key).await {
+        let lock = match single_flight(i, &key).await {
             Ok(lock) => lock,
-            Err(status) => return conclude(sh, id, record, status),
+            Err(status) => return conclude(i, record, status),
         };
         // Whoever held the key has just computed it.
-        if let Some(hit) = find_hit(sh, id, &key) {
-            return serve_hit(sh, id, record, hit);
+        if let Some(hit) = find_hit(i, &key) {
+            return serve_hit(i, record, hit);
         }
         lock
     } else {
         None
     };
     let holds = held.engine_units.names();
-    let outputs = execute(sh, id, &inputs, &launch, &mut record, t0, &holds).await;
+    let outputs = execute(i, &inputs, &launch, &mut record, t0, &holds).await;
     // The device is free once the stage has ended: release the engine's lock containers now,
     // not on drop (a spawned removal), so the next heddle's wait ends as early as it can.
     held.engine_units.release().await;
     match outputs {
         Ok(outputs) => {
             if stage.settings.cache {
-                commit(sh, id, &parts, key, &outputs, &record, key_lock);
+                commit(i, &parts, key, &outputs, &record, key_lock);
             }
-            let inst = &sh.ctx.plan.instances[id];
+            let inst = i.inst;
             record.outputs = outputs.into();
             let status = StatusRecord::ok(&inst.label, inst.matrix.clone());
-            conclude(sh, id, record, status)
+            conclude(i, record, status)
         }
         Err(mut status) => {
             status.tolerated =
                 stage.settings.allow_failure && status.status == crate::record::Status::Failed;
-            conclude(sh, id, record, status)
+            conclude(i, record, status)
         }
     }
 }
 
 /// The record as far as the key tells: the key, its parts, inputs, env and image.
 fn keyed_record(
-    sh: &Shared,
-    id: usize,
+    i: Inst<'_>,
     parts: &KeyParts,
     key: &Digest,
     key_text: Box<serde_json::value::RawValue>,
     t0: Duration,
 ) -> InstanceRecord {
-    let ctx = &sh.ctx;
-    let inst = &ctx.plan.instances[id];
-    let mut record = empty_record(ctx.plan.stage_of(id));
+    let ctx = &i.sh.ctx;
+    let inst = i.inst;
+    let mut record = empty_record(i.stage);
     record.cache_key = Some(key.to_string());
     record.key_parts = Some(key_text);
     record.inputs = parts
@@ -145,64 +139,60 @@ fn keyed_record(
 /// A cache hit: the action under `key` with its outputs restored (skipping ones already in
 /// place). Inline, not on the blocking pool: a hit is a few small reads and stats, and a thread
 /// hand-off per instance is what a no-op rerun of a long chain would otherwise spend.
-fn find_hit(sh: &Shared, id: usize, key: &Digest) -> Option<Hit> {
-    let plan = &sh.ctx.plan;
-    let dir = output_dir(plan, &plan.instances[id].label);
-    let files = &plan.stage_of(id).outputs;
-    restore(&sh.ctx.store, &sh.ctx.stats, key, &dir, files)
+fn find_hit(i: Inst<'_>, key: &Digest) -> Option<Hit> {
+    let plan = &i.sh.ctx.plan;
+    let dir = output_dir(plan, &i.inst.label);
+    let files = &i.stage.outputs;
+    restore(&i.sh.ctx.store, &i.sh.ctx.stats, key, &dir, files)
 }
 
 /// Read-through: on a local miss, ask the shared cache; what it brings is verified and in the
 /// local store before [`find_hit`] serves it from there.
 /// With the hit, who signed the remote's entry (the record names them).
-async fn find_remote_hit(
-    sh: &Shared,
-    id: usize,
-    key: &Digest,
-) -> Option<(Hit, crate::record::RemoteSigner)> {
-    let gate = sh.opts.remote.as_ref()?;
-    let declared = sh.ctx.plan.stage_of(id).outputs.keys().cloned().collect();
+async fn find_remote_hit(i: Inst<'_>, key: &Digest) -> Option<(Hit, crate::record::RemoteSigner)> {
+    let gate = i.sh.opts.remote.as_ref()?;
+    let declared = i.stage.outputs.keys().cloned().collect();
     let signer = gate.fetch(*key, declared).await?;
-    Some((find_hit(sh, id, key)?, signer))
+    Some((find_hit(i, key)?, signer))
 }
 
 /// The outputs found and where they were materialised.
 type Hit = crate::outputs::Collected;
 
 /// End the instance as served from the cache.
-fn serve_hit(sh: &Shared, id: usize, mut record: InstanceRecord, hit: Hit) -> InstanceRecord {
-    let plan = &sh.ctx.plan;
-    let inst = &plan.instances[id];
+fn serve_hit(i: Inst<'_>, mut record: InstanceRecord, hit: Hit) -> InstanceRecord {
+    let plan = &i.sh.ctx.plan;
+    let inst = i.inst;
     let (outputs, paths) = hit;
     record.cached = true;
     record.reason = "cached".into();
     record.outputs = outputs.into();
     record.output_paths = relative_paths(&plan.pipeline.root, paths).into();
-    record.end_ms = sh.started.elapsed().as_millis() as u64;
+    record.end_ms = i.sh.started.elapsed().as_millis() as u64;
     let status = StatusRecord::ok(&inst.label, inst.matrix.clone());
-    conclude(sh, id, record, status)
+    conclude(i, record, status)
 }
 
 /// Why a miss runs: forced, `--no-cache`, `cache = false`, or how its key differs from the
 /// nearest earlier entry of its family (loaded once per family per run, even when a whole
 /// matrix misses at once).
-async fn why_it_runs(sh: &Shared, id: usize, parts: &KeyParts) -> Reason {
-    let plan = &sh.ctx.plan;
-    let stage = plan.stage_of(id);
-    if let Some(reason) = sh.opts.runs_regardless(stage) {
+async fn why_it_runs(i: Inst<'_>, parts: &KeyParts) -> Reason {
+    let plan = &i.sh.ctx.plan;
+    let stage = i.stage;
+    if let Some(reason) = i.sh.opts.runs_regardless(stage) {
         return reason;
     }
     let fam = family(plan, stage);
-    let cell = sh
-        .families
-        .lock()
-        .expect("families")
-        .entry(fam.clone())
-        .or_default()
-        .clone();
+    let cell =
+        i.sh.families
+            .lock()
+            .expect("families")
+            .entry(fam.clone())
+            .or_default()
+            .clone();
     let earlier = cell
         .get_or_init(|| async {
-            let st = sh.ctx.store.clone();
+            let st = i.sh.ctx.store.clone();
             let entries = blocking(move || st.actions_in_family(&fam).unwrap_or_default()).await;
             Earlier::new(&entries)
         })
@@ -212,11 +202,11 @@ async fn why_it_runs(sh: &Shared, id: usize, parts: &KeyParts) -> Reason {
 
 /// Its resource units and job slot ([`units::acquire`]). An interrupt while waiting ends the
 /// instance as interrupted before it started; units that cannot be taken, as a heddle error.
-async fn hold_resources(sh: &Shared, id: usize) -> Result<Held<'_>, StatusRecord> {
-    let ctx = &sh.ctx;
-    let inst = &ctx.plan.instances[id];
+async fn hold_resources(i: Inst<'_>) -> Result<Held<'_>, StatusRecord> {
+    let ctx = &i.sh.ctx;
+    let inst = i.inst;
     // A run on a cluster leaves placement to the cluster.
-    let on_cluster = sh.opts.cluster_for(ctx.plan.stage_of(id)).is_some();
+    let on_cluster = i.sh.opts.cluster_for(i.stage).is_some();
     let candidates: Vec<Candidate> = match on_cluster {
         true => Vec::new(),
         false => (ctx.placement.candidates(inst.stage).iter())
@@ -232,19 +222,19 @@ async fn hold_resources(sh: &Shared, id: usize) -> Result<Held<'_>, StatusRecord
             })
             .collect(),
     };
-    let (events, label) = (sh.events.clone(), inst.label.clone());
+    let (events, label) = (i.sh.events.clone(), inst.label.clone());
     let request = units::Request {
-        run_id: &sh.opts.run_id,
+        run_id: &i.sh.opts.run_id,
         instance: &inst.label,
-        wants: &ctx.plan.stage_of(id).settings.resources,
-        run_pools: &sh.run_pools,
+        wants: &i.stage.settings.resources,
+        run_pools: &i.sh.run_pools,
         candidates,
-        host_slots: &sh.host_slots,
+        host_slots: &i.sh.host_slots,
         image: (inst.image.as_ref())
             .map(|r| ctx.images.get(r).map_or(r.as_str(), |i| i.id.as_str())),
         // A cluster's job is bounded by the cluster, and takes no local slot.
-        jobs: (!on_cluster).then_some(&sh.jobs),
-        cancel: &sh.cancel.graceful,
+        jobs: (!on_cluster).then_some(&i.sh.jobs),
+        cancel: &i.sh.cancel.graceful,
         say: Arc::new(move |text| {
             let note = Note::Units {
                 label: label.clone(),
@@ -262,23 +252,19 @@ async fn hold_resources(sh: &Shared, id: usize) -> Result<Held<'_>, StatusRecord
 
 /// Single flight: whoever holds the key computes it; the others wait, then take the hit. A
 /// lock that cannot be taken at all (a read-only cache) is run without.
-async fn single_flight(
-    sh: &Shared,
-    id: usize,
-    key: &Digest,
-) -> Result<Option<KeyLock>, StatusRecord> {
-    let inst = &sh.ctx.plan.instances[id];
-    match sh.ctx.store.try_lock_key(key) {
+async fn single_flight(i: Inst<'_>, key: &Digest) -> Result<Option<KeyLock>, StatusRecord> {
+    let inst = i.inst;
+    match i.sh.ctx.store.try_lock_key(key) {
         Ok(Some(l)) => Ok(Some(l)),
         Ok(None) => {
-            let _ = sh.events.send(Event::Note(Note::WaitingForKey {
+            let _ = i.sh.events.send(Event::Note(Note::WaitingForKey {
                 label: inst.label.clone(),
             }));
-            let (st, key) = (sh.ctx.store.clone(), *key);
+            let (st, key) = (i.sh.ctx.store.clone(), *key);
             let wait = blocking(move || st.lock_key(&key));
             tokio::select! {
                 l = wait => Ok(l.ok()),
-                _ = sh.cancel.graceful.cancelled() => Err(interrupted_before_start(inst)),
+                _ = i.sh.cancel.graceful.cancelled() => Err(interrupted_before_start(inst)),
             }
         }
         Err(_) => Ok(None),
@@ -288,35 +274,34 @@ async fn single_flight(
 /// Run the command, retrying a failure up to the stage's `retries` (never an interrupted one),
 /// and time it in the record. `holds` names the engine-wide units' lock containers held for it.
 async fn execute(
-    sh: &Arc<Shared>,
-    id: usize,
+    i: Inst<'_>,
     inputs: &BTreeMap<String, Resolved>,
     launch: &Launch,
     record: &mut InstanceRecord,
     t0: Duration,
     holds: &[String],
 ) -> Result<BTreeMap<String, OutputEntry>, StatusRecord> {
-    let inst = &sh.ctx.plan.instances[id];
-    let stage = sh.ctx.plan.stage_of(id);
-    let _ = sh.events.send(Event::Started {
-        id,
+    let inst = i.inst;
+    let stage = i.stage;
+    let _ = i.sh.events.send(Event::Started {
+        id: i.id,
         label: inst.label.clone(),
         why: record
             .why
             .clone()
             .expect("a miss has its reason before it executes"),
     });
-    let (exec, placed) = super::on_cluster::executor(sh, id, record);
+    let (exec, placed) = super::on_cluster::executor(i, record);
     let mut attempt = 0;
     let result = loop {
         attempt += 1;
-        match attempt_once(sh, id, inputs, launch, exec.as_ref(), record, holds).await {
+        match attempt_once(i, inputs, launch, exec.as_ref(), record, holds).await {
             Err(status)
                 if attempt <= stage.settings.retries
                     && status.error_class != Some(ErrorClass::Interrupted)
-                    && !sh.cancel.graceful.is_cancelled() =>
+                    && !i.sh.cancel.graceful.is_cancelled() =>
             {
-                let _ = sh.events.send(Event::Note(Note::Retrying {
+                let _ = i.sh.events.send(Event::Note(Note::Retrying {
                     label: inst.label.clone(),
                     attempt,
                     error: status.error.clone().unwrap_or_default(),
@@ -327,7 +312,7 @@ async fn execute(
     };
     record.attempts = attempt;
     super::on_cluster::record_job(&placed, record);
-    let elapsed = sh.started.elapsed();
+    let elapsed = i.sh.started.elapsed();
     record.end_ms = elapsed.as_millis() as u64;
     record.duration_ms = (elapsed - t0).as_millis() as u64;
     result
@@ -335,24 +320,23 @@ async fn execute(
 
 /// Hand the action entry to the group commit, with the key lock held until it is durable.
 fn commit(
-    sh: &Shared,
-    id: usize,
+    i: Inst<'_>,
     parts: &KeyParts,
     key: Digest,
     outputs: &BTreeMap<String, OutputEntry>,
     record: &InstanceRecord,
     key_lock: Option<KeyLock>,
 ) {
-    let plan = &sh.ctx.plan;
-    let inst = &plan.instances[id];
+    let plan = &i.sh.ctx.plan;
+    let inst = i.inst;
     let entry = ActionEntry {
         key,
-        family: family(plan, plan.stage_of(id)),
+        family: family(plan, i.stage),
         key_parts: serde_json::to_value(parts).expect("parts serialise"),
         outputs: outputs.clone(),
         duration_ms: record.duration_ms,
         created_unix_ms: now_ms(),
         meta: json!({"label": inst.label, "pipeline": plan.pipeline.name}),
     };
-    let _ = sh.commits.send(Commit::Action(Box::new(entry), key_lock));
+    let _ = i.sh.commits.send(Commit::Action(Box::new(entry), key_lock));
 }

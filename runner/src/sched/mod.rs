@@ -61,6 +61,28 @@ struct Shared {
     sandboxes: Arc<SandboxPool>,
 }
 
+/// One instance as the scheduler's steps see it: the run's shared state, the instance's index,
+/// and what the plan says of it, looked up once.
+#[derive(Clone, Copy)]
+struct Inst<'a> {
+    sh: &'a Shared,
+    id: usize,
+    inst: &'a crate::plan::Instance,
+    stage: &'a crate::model::Stage,
+}
+
+impl<'a> Inst<'a> {
+    fn new(sh: &'a Shared, id: usize) -> Inst<'a> {
+        let plan = &sh.ctx.plan;
+        Inst {
+            sh,
+            id,
+            inst: &plan.instances[id],
+            stage: plan.stage_of(id),
+        }
+    }
+}
+
 /// Walk the plan. Returns the run record (also when interrupted).
 pub async fn run(ctx: Context, opts: RunOptions, events: UnboundedSender<Event>) -> RunRecord {
     let plan = ctx.plan.clone();
@@ -245,11 +267,12 @@ impl Walk {
                     tokio::spawn(async move {
                         // A panic inside an instance must end that instance, not hang the run.
                         let sh2 = sh.clone();
-                        let task =
-                            tokio::spawn(async move { instance::process(&sh2, id, inputs).await });
+                        let task = tokio::spawn(async move {
+                            instance::process(Inst::new(&sh2, id), inputs).await
+                        });
                         let rec = match task.await {
                             Ok(rec) => rec,
-                            Err(e) => outcome::internal_failure(&sh, id, &e.to_string()),
+                            Err(e) => outcome::internal_failure(Inst::new(&sh, id), &e.to_string()),
                         };
                         let _ = tx.send((id, rec));
                     });
@@ -257,7 +280,7 @@ impl Walk {
                 }
             };
             if let Some((cause, tolerated)) = skip {
-                let rec = outcome::skipped(sh, id, cause, tolerated);
+                let rec = outcome::skipped(Inst::new(sh, id), cause, tolerated);
                 self.finish(id, rec);
             }
         }

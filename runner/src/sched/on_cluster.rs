@@ -11,29 +11,25 @@ use crate::exec::Executor;
 use crate::key::family;
 use crate::record::{InstanceRecord, JobRecord};
 
-use super::Shared;
+use super::Inst;
 
 /// Where the record learns which job ran the instance.
 pub(super) type Placed = Option<Arc<Mutex<Option<JobRecord>>>>;
 
 /// The instance's executor: the cluster's when the run has one, else the stage's own.
-pub(super) fn executor(
-    sh: &Shared,
-    id: usize,
-    record: &InstanceRecord,
-) -> (Arc<dyn Executor>, Placed) {
-    let plan = &sh.ctx.plan;
-    let stage = plan.stage_of(id);
+pub(super) fn executor(i: Inst<'_>, record: &InstanceRecord) -> (Arc<dyn Executor>, Placed) {
+    let plan = &i.sh.ctx.plan;
+    let stage = i.stage;
     let (Some(driver), Some(key)) = (
-        sh.opts.cluster_for(stage),
+        i.sh.opts.cluster_for(stage),
         record
             .cache_key
             .as_deref()
             .and_then(|k| k.parse::<heddle_cache::Digest>().ok()),
     ) else {
-        return (sh.ctx.executor(stage), None);
+        return (i.sh.ctx.executor(stage), None);
     };
-    let inst = &plan.instances[id];
+    let inst = i.inst;
     let entry = stage.settings.cache.then(|| EntryDesc {
         family: family(plan, stage),
         key_parts: record
@@ -49,7 +45,7 @@ pub(super) fn executor(
         container: stage.container.is_some(),
         outputs: stage.outputs.clone(),
         resources: stage.settings.resources.clone(),
-        reuse: sh.opts.may_use_cache(stage),
+        reuse: i.sh.opts.may_use_cache(stage),
         entry,
     };
     let (exec, placed) = driver.executor(job);

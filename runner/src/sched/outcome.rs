@@ -8,7 +8,7 @@ use crate::model::Stage;
 use crate::plan::Instance;
 use crate::record::{Cause, ErrorClass, InstanceRecord, Status, StatusRecord};
 
-use super::{Event, Shared};
+use super::{Event, Inst};
 
 /// A record with nothing filled in yet but the stage.
 pub(super) fn empty_record(stage: &Stage) -> InstanceRecord {
@@ -41,11 +41,10 @@ pub(super) fn empty_record(stage: &Stage) -> InstanceRecord {
     }
 }
 
-/// End instance `id` with `status`: it goes into the record, and the display hears of it (a
+/// End instance `i.id` with `status`: it goes into the record, and the display hears of it (a
 /// skip without an error of its own is shown with its reason, `skipped: X did not succeed`).
 pub(super) fn conclude(
-    sh: &Shared,
-    id: usize,
+    i: Inst<'_>,
     mut record: InstanceRecord,
     status: StatusRecord,
 ) -> InstanceRecord {
@@ -57,8 +56,8 @@ pub(super) fn conclude(
         (None, Status::Skipped) => Some(record.reason.clone()),
         (None, _) => None,
     };
-    let _ = sh.events.send(Event::Finished {
-        id,
+    let _ = i.sh.events.send(Event::Finished {
+        id: i.id,
         label: status.label.clone(),
         status: status.status,
         cached: record.cached,
@@ -70,24 +69,24 @@ pub(super) fn conclude(
 }
 
 /// Skipped because `cause` did not succeed; never started.
-pub(super) fn skipped(sh: &Shared, id: usize, cause: Cause, tolerated: bool) -> InstanceRecord {
-    let inst = &sh.ctx.plan.instances[id];
-    let mut record = empty_record(sh.ctx.plan.stage_of(id));
+pub(super) fn skipped(i: Inst<'_>, cause: Cause, tolerated: bool) -> InstanceRecord {
+    let inst = i.inst;
+    let mut record = empty_record(i.stage);
     record.reason = format!("skipped: {} did not succeed", cause.label);
     let status = StatusRecord::skipped(&inst.label, inst.matrix.clone(), cause, tolerated);
-    conclude(sh, id, record, status)
+    conclude(i, record, status)
 }
 
 /// heddle itself failed on this instance (its task panicked): a failure, not a hang.
-pub(super) fn internal_failure(sh: &Shared, id: usize, what: &str) -> InstanceRecord {
-    let inst = &sh.ctx.plan.instances[id];
+pub(super) fn internal_failure(i: Inst<'_>, what: &str) -> InstanceRecord {
+    let inst = i.inst;
     let status = StatusRecord::failed(
         &inst.label,
         inst.matrix.clone(),
         ErrorClass::InternalError,
         format!("InternalError: heddle failed on this instance ({what}); please report it"),
     );
-    conclude(sh, id, empty_record(sh.ctx.plan.stage_of(id)), status)
+    conclude(i, empty_record(i.stage), status)
 }
 
 /// The cause every instance an interrupt stops names.
