@@ -77,6 +77,7 @@
 mod backend;
 mod bounded;
 mod config;
+mod crypto;
 mod download;
 mod error;
 mod http_client;
@@ -127,6 +128,7 @@ pub fn open_backend(
     env: &dyn Fn(&str) -> Option<String>,
     timeouts: Timeouts,
 ) -> Result<Arc<dyn RemoteBackend>, RemoteError> {
+    crypto::install();
     if let RemoteUrl::Grpc {
         authority,
         instance,

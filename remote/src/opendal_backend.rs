@@ -60,6 +60,8 @@ impl OpendalCache {
         env: &dyn Fn(&str) -> Option<String>,
         timeouts: Timeouts,
     ) -> Result<OpendalCache, RemoteError> {
+        // Before any client: OpenDAL builds its default one with the service.
+        crate::crypto::install();
         let name = url.to_string();
         let setup = |source| RemoteError::Setup {
             remote: name.clone(),

@@ -182,7 +182,7 @@ impl ClientCertFiles {
                 e => format!("a PEM block does not parse: {e}"),
             }))
         })?;
-        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let provider = rustls::crypto::ring::default_provider();
         rustls::sign::CertifiedKey::from_der(chain, key, &provider).map_err(|source| {
             RemoteError::TlsClientPair {
                 cert: self.cert.clone(),

@@ -38,6 +38,7 @@ impl WebdavUpload {
         timeouts: Timeouts,
         tls: Option<&HttpTls>,
     ) -> Result<WebdavUpload, RemoteError> {
+        crate::crypto::install();
         let builder = reqwest::Client::builder()
             .connect_timeout(timeouts.request)
             .read_timeout(timeouts.idle);

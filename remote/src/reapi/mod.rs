@@ -95,6 +95,7 @@ impl ReapiCache {
         name: String,
         timeouts: Timeouts,
     ) -> Result<ReapiCache, RemoteError> {
+        crate::crypto::install();
         let channel = connect::transport(authority, options, &name, timeouts)?;
         let calls = Arc::new(tokio::sync::Semaphore::new(CALLS_IN_FLIGHT));
         let reads = ReadBatches::new(
