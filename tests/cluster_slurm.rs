@@ -92,6 +92,21 @@ impl Setup {
     fn record(&self) -> Value {
         self.p.last_record()
     }
+
+    /// No file of the shared cache or the project holds `canary`.
+    fn assert_nowhere(&self, canary: &str) {
+        for (root, what) in [
+            (self.remote.path().to_path_buf(), "the shared cache"),
+            (self.p.root().to_path_buf(), "the project"),
+        ] {
+            for (path, bytes) in tree(&root) {
+                assert!(
+                    !bytes.windows(canary.len()).any(|w| w == canary.as_bytes()),
+                    "{what} holds the secret in {path}"
+                );
+            }
+        }
+    }
 }
 
 /// Every file under `dir`, relative path → bytes.
@@ -648,17 +663,7 @@ fn a_secret_reaches_the_worker_but_never_the_shared_cache() {
     let out = out.ok();
     assert_contains(&out.stderr, "cluster hpc (slurm): 1 jobs submitted (");
     assert_eq!(s.p.read("out/secret/use/o.txt"), "had it\n");
-    for (root, what) in [
-        (s.remote.path().to_path_buf(), "the shared cache"),
-        (s.p.root().to_path_buf(), "the project"),
-    ] {
-        for (path, bytes) in tree(&root) {
-            assert!(
-                !bytes.windows(canary.len()).any(|w| w == canary.as_bytes()),
-                "{what} holds the secret in {path}"
-            );
-        }
-    }
+    s.assert_nowhere(canary);
 }
 
 /// A stage that writes its secret into an output on a node is refused there, as `heddle run`
@@ -695,17 +700,7 @@ fn an_output_holding_a_secret_is_refused_on_the_node_before_anything_is_uploaded
         i["job"]["submissions"], 1,
         "a refusal is the stage's, not retried"
     );
-    for (root, what) in [
-        (s.remote.path().to_path_buf(), "the shared cache"),
-        (s.p.root().to_path_buf(), "the project"),
-    ] {
-        for (path, bytes) in tree(&root) {
-            assert!(
-                !bytes.windows(canary.len()).any(|w| w == canary.as_bytes()),
-                "{what} holds the secret in {path}"
-            );
-        }
-    }
+    s.assert_nowhere(canary);
 }
 
 /// `cluster = false` keeps a stage on the driver's machine (a device plugged in here, say)
