@@ -18,10 +18,12 @@ mod on_cluster;
 mod outcome;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures_util::FutureExt;
 use petgraph::graph::NodeIndex;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::{OnceCell, Semaphore};
@@ -266,13 +268,15 @@ impl Walk {
                     let (sh, tx) = (sh.clone(), tx.clone());
                     tokio::spawn(async move {
                         // A panic inside an instance must end that instance, not hang the run.
-                        let sh2 = sh.clone();
-                        let task = tokio::spawn(async move {
-                            instance::process(Inst::new(&sh2, id), inputs).await
-                        });
-                        let rec = match task.await {
+                        // Caught in this task: a second task per instance to catch it cost a
+                        // spawn and a join for every hit of a no-op run.
+                        let run = instance::process(Inst::new(&sh, id), inputs);
+                        let rec = match AssertUnwindSafe(run).catch_unwind().await {
                             Ok(rec) => rec,
-                            Err(e) => outcome::internal_failure(Inst::new(&sh, id), &e.to_string()),
+                            Err(panic) => outcome::internal_failure(
+                                Inst::new(&sh, id),
+                                &panic_message(panic.as_ref()),
+                            ),
                         };
                         let _ = tx.send((id, rec));
                     });
@@ -424,6 +428,14 @@ fn signal_stream() -> UnboundedReceiver<()> {
     rx
 }
 
+/// What a caught panic said, as `JoinError` words it.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let text = (panic.downcast_ref::<&str>().copied())
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic");
+    format!("panicked with message {text:?}")
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -435,4 +447,29 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f)
         .await
         .expect("blocking task panicked")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panic_in_an_instance_is_caught_with_its_message() {
+        let caught = AssertUnwindSafe(async { panic!("boom {}", 7) })
+            .catch_unwind()
+            .await;
+        let panic = caught.map(|()| ()).unwrap_err();
+        assert_eq!(
+            panic_message(panic.as_ref()),
+            "panicked with message \"boom 7\""
+        );
+        let caught = AssertUnwindSafe(async { std::panic::panic_any(3_u8) })
+            .catch_unwind()
+            .await;
+        let panic = caught.map(|()| ()).unwrap_err();
+        assert_eq!(
+            panic_message(panic.as_ref()),
+            "panicked with message \"a panic\""
+        );
+    }
 }
