@@ -458,7 +458,7 @@ mod tests {
         let caught = AssertUnwindSafe(async { panic!("boom {}", 7) })
             .catch_unwind()
             .await;
-        let panic = caught.map(|()| ()).unwrap_err();
+        let panic = caught.unwrap_err();
         assert_eq!(
             panic_message(panic.as_ref()),
             "panicked with message \"boom 7\""
@@ -466,7 +466,7 @@ mod tests {
         let caught = AssertUnwindSafe(async { std::panic::panic_any(3_u8) })
             .catch_unwind()
             .await;
-        let panic = caught.map(|()| ()).unwrap_err();
+        let panic = caught.unwrap_err();
         assert_eq!(
             panic_message(panic.as_ref()),
             "panicked with message \"a panic\""
