@@ -7,7 +7,7 @@
 //! `python.exe` and the `py` launcher on PATH, not `python3.exe`) and `python3` elsewhere (PEP
 //! 394: `python` may be absent or Python 2 there).
 
-use crate::template::{Rendered, Template, TemplateError};
+use crate::template::{LookupError, Rendered, Template, TemplateError};
 
 /// The variables this module knows, for error messages.
 pub const NAMES: &[&str] = &["host.python"];
@@ -21,18 +21,21 @@ pub fn python() -> &'static str {
     }
 }
 
-fn lookup(path: &[String]) -> Result<Rendered, String> {
+/// [`NAMES`] as templates, for error messages: `{{ host.python }}`.
+pub(crate) fn names_listed() -> String {
+    NAMES
+        .iter()
+        .map(|n| format!("{{{{ {n} }}}}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn lookup(path: &[String]) -> Result<Rendered, LookupError> {
     match path {
         [ns, k] if ns == "host" && k == "python" => Ok(Rendered::One(python().to_string())),
-        _ => Err(format!(
-            "unknown variable `{}` in a param value (a param value may use {})",
-            path.join("."),
-            NAMES
-                .iter()
-                .map(|n| format!("{{{{ {n} }}}}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
+        _ => Err(LookupError::NotAHostVariable {
+            path: path.to_vec(),
+        }),
     }
 }
 
@@ -65,10 +68,9 @@ mod tests {
         );
         assert_eq!(render("python3.11").unwrap(), "python3.11");
         let e = render("{{ params.x }}").unwrap_err();
-        assert!(
-            e.message.contains("unknown variable `params.x`"),
-            "{}",
-            e.message
+        assert_eq!(
+            e.to_string(),
+            "unknown variable `params.x` in a param value (a param value may use {{ host.python }})"
         );
     }
 }

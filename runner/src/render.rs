@@ -5,7 +5,7 @@
 use crate::model::{RunTemplate, Stage};
 use crate::names::path_segment;
 use crate::plan::{member_dir, scalar, BoundInput, Instance, Plan};
-use crate::template::{Rendered, TemplateError};
+use crate::template::{LookupError, Rendered, TemplateError};
 
 /// Where inputs, outputs and the stage folder are, as the command sees them.
 #[derive(Debug, Clone)]
@@ -70,7 +70,7 @@ pub fn render(
     member_ok: &dyn Fn(usize) -> bool,
 ) -> Result<Command, TemplateError> {
     let stage: &Stage = plan.stage_of(inst.id);
-    let lookup = |path: &[String]| -> Result<Rendered, String> {
+    let lookup = |path: &[String]| -> Result<Rendered, LookupError> {
         if let Some(r) = scalar(inst, path) {
             return Ok(r);
         }
@@ -104,14 +104,14 @@ pub fn render(
             }
             [ns, name] if ns == "out" => match stage.outputs.get(name) {
                 Some(file) => Ok(Rendered::One(format!("{}/{name}/{file}", layout.out_root))),
-                None => Err(format!("unknown output `{name}`")),
+                None => Err(LookupError::UnknownOutput { name: name.clone() }),
             },
             [ns, d] if ns == "stage" && d == "dir" => layout
                 .stage_dir
                 .clone()
                 .map(Rendered::One)
-                .ok_or_else(|| "`stage.dir` needs a `uses` definition".to_string()),
-            _ => Err(format!("unknown variable `{}`", path.join("."))),
+                .ok_or(LookupError::StageDirNeedsUses),
+            _ => Err(LookupError::unknown(path)),
         }
     };
     Ok(match &stage.run {

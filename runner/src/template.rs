@@ -27,11 +27,55 @@ pub enum Rendered {
     Many(Vec<String>),
 }
 
-#[derive(Debug, Clone, PartialEq)]
+/// A template that does not parse or names a variable without a value, at `offset` (the byte
+/// offset of its `{{` inside the template text, so a diagnostic can point at it).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{problem}")]
 pub struct TemplateError {
-    /// Byte offset inside the template text.
     pub offset: usize,
-    pub message: String,
+    pub problem: TemplateProblem,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TemplateProblem {
+    #[error("unclosed `{{{{` in template")]
+    Unclosed,
+    #[error("`{{{{ {expr} }}}}` is not a variable like `params.name`")]
+    NotAVariable { expr: String },
+    #[error(transparent)]
+    Lookup(#[from] LookupError),
+}
+
+/// Why a variable has no value where it is rendered. The lookups of each place a template
+/// appears (`run`, `with`, `image`, `gpus`, a param's default) share these.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    #[error("unknown variable `{}`", .path.join("."))]
+    UnknownVariable { path: Vec<String> },
+    #[error("unknown param `{name}`")]
+    UnknownParam { name: String },
+    #[error("unknown matrix key `{name}`")]
+    UnknownMatrixKey { name: String },
+    #[error("unknown output `{name}`")]
+    UnknownOutput { name: String },
+    #[error("`stage.dir` needs a `uses` definition")]
+    StageDirNeedsUses,
+    /// A param value may only name facts about this machine ([`crate::host_vars`]).
+    #[error(
+        "unknown variable `{}` in a param value (a param value may use {})",
+        .path.join("."),
+        crate::host_vars::names_listed()
+    )]
+    NotAHostVariable { path: Vec<String> },
+}
+
+impl LookupError {
+    /// `path` names no variable of the place it is rendered in.
+    pub fn unknown(path: &[String]) -> LookupError {
+        LookupError::UnknownVariable {
+            path: path.to_vec(),
+        }
+    }
 }
 
 impl Template {
@@ -44,9 +88,9 @@ impl Template {
                 segments.push(Segment::Lit(rest[..start].to_string()));
             }
             let after = &rest[start + 2..];
-            let end = after.find("}}").ok_or_else(|| TemplateError {
+            let end = after.find("}}").ok_or(TemplateError {
                 offset: base + start,
-                message: "unclosed `{{` in template".into(),
+                problem: TemplateProblem::Unclosed,
             })?;
             let expr = after[..end].trim();
             let valid = !expr.is_empty()
@@ -58,7 +102,7 @@ impl Template {
             if !valid {
                 return Err(TemplateError {
                     offset: base + start,
-                    message: format!("`{{{{ {expr} }}}}` is not a variable like `params.name`"),
+                    problem: TemplateProblem::NotAVariable { expr: expr.into() },
                 });
             }
             segments.push(Segment::Var {
@@ -90,7 +134,7 @@ impl Template {
     /// space-separated quoted words.
     pub fn render_shell<F>(&self, lookup: F) -> Result<String, TemplateError>
     where
-        F: FnMut(&[String]) -> Result<Rendered, String>,
+        F: FnMut(&[String]) -> Result<Rendered, LookupError>,
     {
         self.render_words(lookup, quote)
     }
@@ -99,12 +143,12 @@ impl Template {
     /// variable expands to one argument per member.
     pub fn render_args<F>(&self, mut lookup: F) -> Result<Vec<String>, TemplateError>
     where
-        F: FnMut(&[String]) -> Result<Rendered, String>,
+        F: FnMut(&[String]) -> Result<Rendered, LookupError>,
     {
         if let [Segment::Var { path, offset }] = self.segments.as_slice() {
-            return match lookup(path).map_err(|message| TemplateError {
+            return match lookup(path).map_err(|e| TemplateError {
                 offset: *offset,
-                message,
+                problem: e.into(),
             })? {
                 Rendered::One(v) => Ok(vec![v]),
                 Rendered::Many(vs) => Ok(vs),
@@ -116,7 +160,7 @@ impl Template {
     /// Render without quoting (for `with` values); lists join with spaces.
     pub fn render_plain<F>(&self, lookup: F) -> Result<String, TemplateError>
     where
-        F: FnMut(&[String]) -> Result<Rendered, String>,
+        F: FnMut(&[String]) -> Result<Rendered, LookupError>,
     {
         self.render_words(lookup, verbatim)
     }
@@ -129,16 +173,16 @@ impl Template {
         word: for<'v> fn(&'v str) -> Cow<'v, str>,
     ) -> Result<String, TemplateError>
     where
-        F: FnMut(&[String]) -> Result<Rendered, String>,
+        F: FnMut(&[String]) -> Result<Rendered, LookupError>,
     {
         let mut out = String::new();
         for seg in &self.segments {
             match seg {
                 Segment::Lit(s) => out.push_str(s),
                 Segment::Var { path, offset } => {
-                    match lookup(path).map_err(|message| TemplateError {
+                    match lookup(path).map_err(|e| TemplateError {
                         offset: *offset,
-                        message,
+                        problem: e.into(),
                     })? {
                         Rendered::One(v) => out.push_str(&word(&v)),
                         Rendered::Many(vs) => {
@@ -170,12 +214,12 @@ fn quote(s: &str) -> Cow<'_, str> {
 mod tests {
     use super::*;
 
-    fn lk(path: &[String]) -> Result<Rendered, String> {
+    fn lk(path: &[String]) -> Result<Rendered, LookupError> {
         match path.join(".").as_str() {
             "params.greeting" => Ok(Rendered::One("hello".into())),
             "out.text" => Ok(Rendered::One("/tmp/a b/greeting.txt".into())),
             "in.all" => Ok(Rendered::Many(vec!["/x/1".into(), "/x/2 b".into()])),
-            other => Err(format!("unknown variable `{other}`")),
+            _ => Err(LookupError::unknown(path)),
         }
     }
 
@@ -201,8 +245,10 @@ mod tests {
         let t = Template::parse("echo {{ nope.x }}").unwrap();
         let e = t.render_shell(lk).unwrap_err();
         assert_eq!(e.offset, 5);
+        assert_eq!(e.to_string(), "unknown variable `nope.x`");
         let e = Template::parse("echo {{ x").unwrap_err();
         assert_eq!(e.offset, 5);
+        assert_eq!(e.to_string(), "unclosed `{{` in template");
         assert!(Template::parse("{{ a b }}").is_err());
     }
 }

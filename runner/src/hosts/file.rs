@@ -301,15 +301,22 @@ fn check_transfer(
     }
 }
 
+/// A `docker` address bollard cannot connect to.
+#[derive(Debug, thiserror::Error)]
+enum AddressError {
+    #[error("docker address {0:?} names no engine")]
+    NoEngine(String),
+    #[error("docker address {0:?} is not unix://, tcp://, ssh:// or npipe://")]
+    UnknownScheme(String),
+}
+
 /// What a `docker` address may be: the schemes bollard connects to.
-fn check_address(addr: &str) -> Result<(), String> {
+fn check_address(addr: &str) -> Result<(), AddressError> {
     const SCHEMES: [&str; 4] = ["unix://", "tcp://", "ssh://", "npipe://"];
     match SCHEMES.iter().find(|s| addr.starts_with(**s)) {
         Some(s) if addr.len() > s.len() => Ok(()),
-        Some(_) => Err(format!("docker address {addr:?} names no engine")),
-        None => Err(format!(
-            "docker address {addr:?} is not unix://, tcp://, ssh:// or npipe://"
-        )),
+        Some(_) => Err(AddressError::NoEngine(addr.into())),
+        None => Err(AddressError::UnknownScheme(addr.into())),
     }
 }
 

@@ -16,7 +16,7 @@ impl Loader {
         let img = match Template::parse(image.get()) {
             Ok(t) => t,
             Err(e) => {
-                let d = image.error(format!("stage `{sname}`: image: {}", e.message));
+                let d = image.error(format!("stage `{sname}`: image: {e}"));
                 self.errors.push(d);
                 return None;
             }

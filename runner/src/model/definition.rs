@@ -163,10 +163,9 @@ fn def_params(
             // `{{ host.python }}` and the like: rendered here, once (host_vars.rs).
             let v = crate::host_vars::render_value(toml_to_json(d.get_ref()))
                 .map_err(|e| {
-                    errs.push(source.error(
-                        Some(d.span()),
-                        format!("default of `{}`: {}", k.get_ref(), e.message),
-                    ))
+                    errs.push(
+                        source.error(Some(d.span()), format!("default of `{}`: {e}", k.get_ref())),
+                    )
                 })
                 .ok()?;
             ty.coerce(v)

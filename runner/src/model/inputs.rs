@@ -82,7 +82,7 @@ impl Loader {
                 // and the instance's matrix.
                 Ok(t) => Some(InputKind::PathTemplate(t)),
                 Err(e) => {
-                    self.err(v.span(), format!("input `{iname}`: {}", e.message));
+                    self.err(v.span(), format!("input `{iname}`: {e}"));
                     None
                 }
             },

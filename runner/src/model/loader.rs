@@ -100,7 +100,7 @@ impl Loader {
                 Ok(v) => {
                     params.insert(k.clone(), v);
                 }
-                Err(e) => self.err(v.span(), format!("param `{k}`: {}", e.message)),
+                Err(e) => self.err(v.span(), format!("param `{k}`: {e}")),
             }
         }
         apply_overrides(&mut params, &opts.overrides)?;

@@ -38,9 +38,11 @@ mod tests;
 pub mod value;
 mod with;
 
-pub use refs::{parse_ref, valid_name, Input, InputKind, RunTemplate, Selector};
+pub use refs::{parse_ref, valid_name, Input, InputKind, RefError, RunTemplate, Selector};
 pub use settings::Settings;
-pub use value::{check_param, parse_value_text, toml_to_json, value_text, ParamDef, ParamType};
+pub use value::{
+    check_param, parse_value_text, toml_to_json, value_text, ParamDef, ParamType, ParamValueError,
+};
 
 #[derive(Debug)]
 pub struct Pipeline {

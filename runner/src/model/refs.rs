@@ -63,7 +63,7 @@ pub(crate) fn parse_run(
     let err = |off: usize, msg: String| src.error(Some(span.start + 1 + off..span.end), msg);
     match run {
         RunSpec::Shell(s) => {
-            let t = Template::parse(s).map_err(|e| err(e.offset, e.message))?;
+            let t = Template::parse(s).map_err(|e| err(e.offset, e.to_string()))?;
             if let Some((offset, ctx)) = shell_context::unsafe_vars(&t).into_iter().next() {
                 let nth = t.vars().take_while(|(_, o)| *o < offset).count();
                 let expr = t
@@ -84,7 +84,9 @@ pub(crate) fn parse_run(
         RunSpec::Exec(args) => {
             let ts = args
                 .iter()
-                .map(|a| Template::parse(a).map_err(|e| src.error(Some(span.clone()), e.message)))
+                .map(|a| {
+                    Template::parse(a).map_err(|e| src.error(Some(span.clone()), e.to_string()))
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             check_shell_script(&ts, src, &span)?;
             Ok(RunTemplate::Exec(ts))
@@ -154,25 +156,37 @@ fn nth_template_in_source(src: &Source, span: &Range<usize>, nth: usize) -> Rang
     start..end
 }
 
+/// An input reference that is not `stage.output`, `stage[*].output` or
+/// `stage[key=value].output`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RefError {
+    #[error("`{text}` is not a reference like \"stage.output\"")]
+    NotARef { text: String },
+    #[error("`{text}`: unclosed `[`")]
+    Unclosed { text: String },
+    #[error("`{text}`: selector `{part}` is not key=value")]
+    NotKeyValue { text: String, part: String },
+}
+
 /// `stage.out`, `stage[*].out`, `stage[k=v,k2=v2].out`.
-pub fn parse_ref(text: &str) -> Result<(String, Selector, String), String> {
-    let (head, output) = text
-        .rsplit_once('.')
-        .ok_or_else(|| format!("`{text}` is not a reference like \"stage.output\""))?;
+pub fn parse_ref(text: &str) -> Result<(String, Selector, String), RefError> {
+    let not_a_ref = || RefError::NotARef { text: text.into() };
+    let (head, output) = text.rsplit_once('.').ok_or_else(not_a_ref)?;
     let (stage, selector) = match head.split_once('[') {
         None => (head.to_string(), Selector::Map),
         Some((stage, rest)) => {
             let inner = rest
                 .strip_suffix(']')
-                .ok_or_else(|| format!("`{text}`: unclosed `[`"))?;
+                .ok_or_else(|| RefError::Unclosed { text: text.into() })?;
             if inner.trim() == "*" {
                 (stage.to_string(), Selector::All)
             } else {
                 let mut sel = BTreeMap::new();
                 for part in inner.split(',') {
-                    let (k, v) = part
-                        .split_once('=')
-                        .ok_or_else(|| format!("`{text}`: selector `{part}` is not key=value"))?;
+                    let (k, v) = part.split_once('=').ok_or_else(|| RefError::NotKeyValue {
+                        text: text.into(),
+                        part: part.into(),
+                    })?;
                     sel.insert(k.trim().to_string(), v.trim().to_string());
                 }
                 (stage.to_string(), Selector::Select(sel))
@@ -180,7 +194,7 @@ pub fn parse_ref(text: &str) -> Result<(String, Selector, String), String> {
         }
     };
     if !valid_name(&stage) || !valid_name(output) {
-        return Err(format!("`{text}` is not a reference like \"stage.output\""));
+        return Err(not_a_ref());
     }
     Ok((stage, selector, output.to_string()))
 }
@@ -210,7 +224,19 @@ mod tests {
             s,
             Selector::Select([("j".into(), "x".into()), ("k".into(), "2".into())].into())
         );
-        assert!(parse_ref("ab").is_err());
-        assert!(parse_ref("a[k=2.b").is_err());
+        assert_eq!(
+            parse_ref("ab").unwrap_err().to_string(),
+            "`ab` is not a reference like \"stage.output\""
+        );
+        assert_eq!(
+            parse_ref("a[k=2.b").unwrap_err(),
+            RefError::Unclosed {
+                text: "a[k=2.b".into()
+            }
+        );
+        assert_eq!(
+            parse_ref("a[k].b").unwrap_err().to_string(),
+            "`a[k].b`: selector `k` is not key=value"
+        );
     }
 }

@@ -49,7 +49,7 @@ impl ParamType {
     }
 
     /// Coerce a value to this type: a rendered template is text, so "4" becomes 4 for an int.
-    pub fn coerce(self, v: Value) -> Result<Value, String> {
+    pub fn coerce(self, v: Value) -> Result<Value, ParamValueError> {
         let got = ParamType::of(&v);
         if got == self {
             return Ok(v);
@@ -64,10 +64,17 @@ impl ParamType {
                 if pt == self || (self == ParamType::Float && pt == ParamType::Int) {
                     self.coerce(parsed)
                 } else {
-                    Err(format!("expected {}, got \"{s}\"", self.name()))
+                    Err(ParamValueError::NotText {
+                        expected: self,
+                        text: s.clone(),
+                    })
                 }
             }
-            _ => Err(format!("expected {}, got {} {v}", self.name(), got.name())),
+            _ => Err(ParamValueError::WrongType {
+                expected: self,
+                got,
+                value: v,
+            }),
         }
     }
 }
@@ -111,25 +118,39 @@ pub struct ParamDef {
     pub description: Option<String>,
 }
 
-pub(crate) fn check_choice(pd: &ParamDef, v: &Value) -> Option<String> {
+/// A param value its definition does not accept.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ParamValueError {
+    /// Text (`--set`, a rendered template) that does not read as the type.
+    #[error("expected {}, got \"{text}\"", .expected.name())]
+    NotText { expected: ParamType, text: String },
+    #[error("expected {}, got {} {value}", .expected.name(), .got.name())]
+    WrongType {
+        expected: ParamType,
+        got: ParamType,
+        value: Value,
+    },
+    #[error("`{}` is not one of {}", value_text(.value), .choices.iter().map(value_text).collect::<Vec<_>>().join(", "))]
+    NotAChoice { value: Value, choices: Vec<Value> },
+}
+
+pub(crate) fn check_choice(pd: &ParamDef, v: &Value) -> Option<ParamValueError> {
     let choices = pd.choices.as_ref()?;
     if choices.contains(v) {
         None
     } else {
-        let c: Vec<_> = choices.iter().map(value_text).collect();
-        Some(format!(
-            "`{}` is not one of {}",
-            value_text(v),
-            c.join(", ")
-        ))
+        Some(ParamValueError::NotAChoice {
+            value: v.clone(),
+            choices: choices.clone(),
+        })
     }
 }
 
 /// Check a coerced param value against its definition (used at plan time for templated `with`).
-pub fn check_param(pd: &ParamDef, v: Value) -> Result<Value, String> {
+pub fn check_param(pd: &ParamDef, v: Value) -> Result<Value, ParamValueError> {
     let v = pd.ty.coerce(v)?;
     match check_choice(pd, &v) {
-        Some(msg) => Err(msg),
+        Some(e) => Err(e),
         None => Ok(v),
     }
 }
@@ -144,7 +165,20 @@ mod tests {
             ParamType::Int.coerce(Value::String("4".into())).unwrap(),
             Value::from(4)
         );
-        assert!(ParamType::Int.coerce(Value::String("four".into())).is_err());
+        assert_eq!(
+            ParamType::Int
+                .coerce(Value::String("four".into()))
+                .unwrap_err()
+                .to_string(),
+            "expected int, got \"four\""
+        );
+        assert_eq!(
+            ParamType::Int
+                .coerce(Value::Bool(true))
+                .unwrap_err()
+                .to_string(),
+            "expected int, got bool true"
+        );
         assert_eq!(
             ParamType::Float.coerce(Value::from(1)).unwrap(),
             serde_json::json!(1.0)

@@ -112,7 +112,7 @@ impl Loader {
         let t = match Template::parse(text) {
             Ok(t) => t,
             Err(e) => {
-                self.err(span.start + 1 + e.offset..span.end, e.message);
+                self.err(span.start + 1 + e.offset..span.end, e.to_string());
                 return None;
             }
         };

@@ -88,10 +88,8 @@ impl Builder<'_> {
         let rel = t
             .render_plain(|path| lookup_scalar(path, &p.params, m))
             .map_err(|e| {
-                p.source.error(
-                    Some(span.clone()),
-                    format!("input `{iname}` of {at}: {}", e.message),
-                )
+                p.source
+                    .error(Some(span.clone()), format!("input `{iname}` of {at}: {e}"))
             })?;
         if !rel.trim().is_empty() && p.root.join(&rel).exists() {
             return Ok(rel);
@@ -165,7 +163,7 @@ pub(super) fn image(
         )),
         Err(e) => Err(p.source.error(
             Some(s.name_span.clone()),
-            format!("stage `{}`: image: {}", s.name, e.message),
+            format!("stage `{}`: image: {e}", s.name),
         )),
     }
 }
@@ -184,12 +182,9 @@ pub(super) fn gpus(
     );
     match s.container.as_ref().and_then(|c| c.gpus.clone()) {
         Some(GpuSpec::Template(t)) => Template::parse(&t)
-            .map_err(|e| e.message)
-            .and_then(|tp| {
-                tp.render_plain(|path| lookup_scalar(path, seen, m))
-                    .map_err(|e| e.message)
-            })
-            .and_then(|text| GpuSpec::from_text(&text))
+            .and_then(|tp| tp.render_plain(|path| lookup_scalar(path, seen, m)))
+            .map_err(|e| e.to_string())
+            .and_then(|text| GpuSpec::from_text(&text).map_err(|e| heddle_cache::error_chain(&e)))
             .map(Some)
             .map_err(|msg| {
                 p.source.error(

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::{label, Matrix};
 use crate::diag::Diagnostic;
 use crate::model::{check_param, value_text, Pipeline, Stage, WithValue};
-use crate::template::Rendered;
+use crate::template::{LookupError, Rendered};
 
 /// The scalars a `with`, `image` or `gpus` template may name: params (of the layer that
 /// wrote the template) and the instance's matrix values.
@@ -17,17 +17,17 @@ pub(super) fn lookup_scalar(
     path: &[String],
     params: &BTreeMap<String, Value>,
     m: &Matrix,
-) -> Result<Rendered, String> {
+) -> Result<Rendered, LookupError> {
     match path {
         [ns, k] if ns == "params" => params
             .get(k)
             .map(|v| Rendered::One(value_text(v)))
-            .ok_or_else(|| format!("unknown param `{k}`")),
+            .ok_or_else(|| LookupError::UnknownParam { name: k.clone() }),
         [ns, k] if ns == "matrix" => m
             .get(k)
             .map(|v| Rendered::One(value_text(v)))
-            .ok_or_else(|| format!("unknown matrix key `{k}`")),
-        _ => Err(format!("unknown variable `{}`", path.join("."))),
+            .ok_or_else(|| LookupError::UnknownMatrixKey { name: k.clone() }),
+        _ => Err(LookupError::unknown(path)),
     }
 }
 
@@ -69,7 +69,7 @@ pub(super) fn resolve_params(
                     .render_plain(|path| lookup_scalar(path, &p.params, m))
                     .map_err(|e| {
                         p.source
-                            .error(Some(span.clone()), format!("`with.{name}`: {}", e.message))
+                            .error(Some(span.clone()), format!("`with.{name}`: {e}"))
                     })?;
                 check_param(&def.params[name], Value::String(text.clone())).map_err(|msg| {
                     p.source.error(

@@ -320,25 +320,49 @@ pub enum GpuSpec {
     Template(String),
 }
 
+/// A `gpus` value that is none of the forms [`GpuSpec`] takes.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuSpecError {
+    #[error("gpus `{text}`: failed to read the count")]
+    Count {
+        text: String,
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    #[error("gpus `{text}`: expected \"all\", \"none\", a count or an array of ids")]
+    Ids {
+        text: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("gpus `{text}`: expected \"all\", \"none\", a count or an array of ids")]
+    Other { text: String },
+}
+
 impl GpuSpec {
     /// Parse a rendered value: "all", "none"/"", a count, or comma-separated ids.
-    pub fn from_text(s: &str) -> Result<GpuSpec, String> {
+    pub fn from_text(s: &str) -> Result<GpuSpec, GpuSpecError> {
         let s = s.trim();
         match s {
             "all" => Ok(GpuSpec::All),
             "none" | "" | "0" => Ok(GpuSpec::None),
             _ if s.chars().all(|c| c.is_ascii_digit()) => {
-                Ok(GpuSpec::Count(s.parse().map_err(|e| format!("{e}"))?))
+                s.parse()
+                    .map(GpuSpec::Count)
+                    .map_err(|source| GpuSpecError::Count {
+                        text: s.into(),
+                        source,
+                    })
             }
             _ if s.starts_with('[') => {
-                let v: Vec<String> = serde_json::from_str(s).map_err(|_| {
-                    format!("gpus `{s}`: expected \"all\", \"none\", a count or ids")
-                })?;
-                Ok(GpuSpec::Ids(v))
+                serde_json::from_str(s)
+                    .map(GpuSpec::Ids)
+                    .map_err(|source| GpuSpecError::Ids {
+                        text: s.into(),
+                        source,
+                    })
             }
-            _ => Err(format!(
-                "gpus `{s}`: expected \"all\", \"none\", a count or an array of ids"
-            )),
+            _ => Err(GpuSpecError::Other { text: s.into() }),
         }
     }
 }
@@ -355,7 +379,7 @@ impl<'de> Deserialize<'de> for GpuSpec {
                 if s.contains("{{") {
                     return Ok(GpuSpec::Template(s.to_string()));
                 }
-                GpuSpec::from_text(s).map_err(E::custom)
+                GpuSpec::from_text(s).map_err(|e| E::custom(heddle_cache::error_chain(&e)))
             }
             fn visit_i64<E: de::Error>(self, n: i64) -> Result<GpuSpec, E> {
                 Ok(GpuSpec::Count(n))
