@@ -5,10 +5,10 @@
 //! any stage starts.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use heddle_cache::{Digest, StatCache, Store};
+use heddle_cache::{CacheError, Digest, StatCache, Store};
 use heddle_containers::{ContainerError, Engine, ImageIdentity, PullPolicy};
 
 use crate::exec::docker::DockerExecutor;
@@ -52,11 +52,30 @@ impl Context {
     }
 }
 
+/// A file of a stage definition's folder that cannot be read or hashed.
+#[derive(Debug, thiserror::Error)]
+pub enum DefinitionHashError {
+    #[error("failed to list folder {}", path.display())]
+    List {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum PrepareError {
     /// Boxed: bollard's error carries TLS causes, and every `Result` of a prepare step would
     /// otherwise be as large as the largest of them.
-    #[error("{0}")]
+    #[error(transparent)]
     Container(Box<ContainerError>),
     #[error(transparent)]
     Env(#[from] EnvError),
@@ -70,8 +89,16 @@ pub enum PrepareError {
         #[source]
         source: Box<ContainerError>,
     },
-    #[error("failed to hash {what}: {detail}")]
-    Hash { what: String, detail: String },
+    /// A stage definition's folder (its files enter the key of every stage that uses it).
+    #[error("failed to hash stage definition {}", dir.display())]
+    HashDefinition {
+        dir: PathBuf,
+        #[source]
+        source: DefinitionHashError,
+    },
+    /// A repo file or folder an instance reads; the cache's error names the path and why.
+    #[error(transparent)]
+    HashInput(CacheError),
     /// Run records and cache keys name an image by its reference, so one reference must mean
     /// one build across every engine a pipeline talks to.
     #[error(
@@ -149,11 +176,12 @@ fn hash_definitions(
     for s in &plan.pipeline.stages {
         if let Some(d) = &s.def {
             if !definitions.contains_key(&d.uses) {
-                let files =
-                    definition_digests(stats, &d.dir).map_err(|detail| PrepareError::Hash {
-                        what: format!("stage definition {}", d.dir.display()),
-                        detail,
-                    })?;
+                let files = definition_digests(stats, &d.dir).map_err(|source| {
+                    PrepareError::HashDefinition {
+                        dir: d.dir.clone(),
+                        source,
+                    }
+                })?;
                 definitions.insert(d.uses.clone(), files);
             }
         }
@@ -178,10 +206,7 @@ fn hash_repo_inputs(
                 } else {
                     stats.hash(abs)
                 };
-                let d = d.map_err(|e| PrepareError::Hash {
-                    what: abs.display().to_string(),
-                    detail: e.to_string(),
-                })?;
+                let d = d.map_err(PrepareError::HashInput)?;
                 repo_inputs.insert(rel.clone(), d);
             }
         }
@@ -339,18 +364,25 @@ async fn resolve_images(
 pub fn definition_digests(
     stats: &StatCache,
     dir: &Path,
-) -> Result<BTreeMap<String, String>, String> {
+) -> Result<BTreeMap<String, String>, DefinitionHashError> {
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))? {
-            let e = e.map_err(|e| e.to_string())?;
+        let list = |source| DefinitionHashError::List {
+            path: d.clone(),
+            source,
+        };
+        for e in std::fs::read_dir(&d).map_err(list)? {
+            let e = e.map_err(list)?;
             let name = e.file_name().to_string_lossy().into_owned();
             if name == "__pycache__" || name.ends_with(".pyc") || name.starts_with(".") {
                 continue;
             }
             let p = e.path();
-            let ft = e.file_type().map_err(|e| e.to_string())?;
+            let ft = e.file_type().map_err(|source| DefinitionHashError::Read {
+                path: p.clone(),
+                source,
+            })?;
             if ft.is_dir() {
                 stack.push(p);
             } else {
@@ -362,7 +394,7 @@ pub fn definition_digests(
                 let dg = if rel == "stage.toml" {
                     stage_toml_digest(&p)?
                 } else {
-                    stats.hash(&p).map_err(|e| e.to_string())?
+                    stats.hash(&p)?
                 };
                 out.insert(rel, dg.to_string());
             }
@@ -375,8 +407,11 @@ pub fn definition_digests(
 /// editor where the file's JSON Schema is and means nothing to heddle, so adding or changing it
 /// keeps every key (a definition with the line hashes exactly as it did before the line was
 /// written). Read directly, not through the stat cache: the file is small and read anyway.
-fn stage_toml_digest(path: &Path) -> Result<Digest, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+fn stage_toml_digest(path: &Path) -> Result<Digest, DefinitionHashError> {
+    let bytes = std::fs::read(path).map_err(|source| DefinitionHashError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
     Ok(Digest::of_bytes(crate::spec::without_schema_directive(
         &bytes,
     )))
