@@ -138,16 +138,22 @@ impl DockerExecutor {
         let c = req
             .container
             .as_ref()
-            .ok_or_else(|| ExecError::Other(format!("{}: no container settings", req.label)))?;
-        let engine = self.engines.get(&c.docker_host).ok_or_else(|| {
-            ExecError::Other(format!(
-                "{}: no engine connected for {:?}",
-                req.label, c.docker_host
-            ))
-        })?;
+            .ok_or_else(|| ExecError::NoContainerSettings {
+                label: req.label.clone(),
+            })?;
+        let engine = self
+            .engines
+            .get(&c.docker_host)
+            .ok_or_else(|| ExecError::NoEngine {
+                label: req.label.clone(),
+                host: c.docker_host.clone(),
+            })?;
         let spec = container_spec(&req, c);
-        mount_sources(&req.sandbox, c.user.is_some()).map_err(|e| {
-            ExecError::Other(format!("failed to prepare {}: {e}", req.sandbox.display()))
+        mount_sources(&req.sandbox, c.user.is_some()).map_err(|source| {
+            ExecError::PrepareSandbox {
+                sandbox: req.sandbox.clone(),
+                source,
+            }
         })?;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<heddle_containers::LogLine>();
         let fwd = tokio::spawn(async move {
@@ -165,9 +171,9 @@ impl DockerExecutor {
             }
         };
         let _ = fwd.await;
-        // The status record keeps one line: give it the engine's reason, not only the
-        // headline ("failed to create a container from image …").
-        let outcome = outcome.map_err(|e| ExecError::Other(with_causes(&e)))?;
+        // The status record keeps one line with every cause (`error_chain`): the engine's
+        // reason, not only the headline ("failed to create a container from image …").
+        let outcome = outcome?;
         Ok(match outcome {
             ContainerOutcome::Exited { code } => ExecOutcome::Exited(code),
             ContainerOutcome::OomKilled { code } => ExecOutcome::OomKilled(code),
@@ -309,11 +315,10 @@ async fn remove_run(engine: &Engine, run_id: &str) -> Result<(), ExecError> {
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
-            return Err(ExecError::Other(format!(
-                "containers of run {run_id} were still there {}s after their removal; \
-                 `heddle gc --containers` removes them",
-                REMOVE_WAIT.as_secs()
-            )));
+            return Err(ExecError::ContainersRemain {
+                run_id: run_id.into(),
+                waited: REMOVE_WAIT,
+            });
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -343,21 +348,6 @@ fn mount_sources(sandbox: &Path, other_user: bool) -> std::io::Result<()> {
     #[cfg(not(unix))]
     let _ = other_user;
     Ok(())
-}
-
-/// `error: cause: cause`, the way the CLI prints a chain on one line.
-fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let line = c.to_string();
-        if !text.contains(&line) {
-            text.push_str(": ");
-            text.push_str(&line);
-        }
-        cause = c.source();
-    }
-    text
 }
 
 fn invoking_user() -> String {
@@ -438,14 +428,14 @@ mod tests {
     }
 
     #[test]
-    fn causes_join_on_one_line_without_repeats() {
-        #[derive(Debug, thiserror::Error)]
-        #[error("failed to create a container from image x")]
-        struct Outer(#[source] std::io::Error);
-        let e = Outer(std::io::Error::other("no such image"));
+    fn an_engine_error_keeps_its_causes_for_the_one_line_record() {
+        let e = ExecError::from(heddle_containers::ContainerError::Io {
+            path: "/sb/out".into(),
+            source: std::io::Error::other("no space left"),
+        });
         assert_eq!(
-            with_causes(&e),
-            "failed to create a container from image x: no such image"
+            heddle_cache::error_chain(&e),
+            "failed to write /sb/out: no space left"
         );
     }
 }

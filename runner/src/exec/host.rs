@@ -114,8 +114,9 @@ fn launch(req: &ExecRequest, work: &Path) -> Result<Launch, ExecError> {
             }
             if s.len() > LONGEST_SHELL_ARG {
                 let script = req.sandbox.join("command.sh");
-                std::fs::write(&script, s).map_err(|e| {
-                    ExecError::Other(format!("failed to write {}: {e}", script.display()))
+                std::fs::write(&script, s).map_err(|source| ExecError::WriteScript {
+                    path: script.clone(),
+                    source,
                 })?;
                 let script = script.to_string_lossy().into_owned();
                 return Ok(streams("/bin/sh".into(), vec![script]));
@@ -267,7 +268,7 @@ async fn wait(
     Ok(tokio::select! {
         biased;
         status = child.wait() => {
-            let status = status.map_err(|e| ExecError::Other(format!("failed to wait for `{program}`: {e}")))?;
+            let status = status.map_err(|source| ExecError::Wait { program: program.to_string(), source })?;
             child.kill().await;
             exit_outcome(status)
         }
@@ -302,7 +303,7 @@ async fn drain(
         match r {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(e),
-            Err(e) => return Err(ExecError::Other(format!("log task failed: {e}"))),
+            Err(e) => return Err(ExecError::LogTask(e)),
         }
     }
     Ok(())

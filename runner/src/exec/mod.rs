@@ -112,6 +112,41 @@ pub enum ExecError {
         class: crate::record::ErrorClass,
         message: String,
     },
+    /// A container request without container settings (a bug: the planner gives every
+    /// container stage its settings).
+    #[error("{label}: no container settings")]
+    NoContainerSettings { label: String },
+    #[error("{label}: no engine connected for {host:?}")]
+    NoEngine { label: String, host: Option<String> },
+    #[error("failed to prepare {}", sandbox.display())]
+    PrepareSandbox {
+        sandbox: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "containers of run {run_id} were still there {}s after their removal; \
+         `heddle gc --containers` removes them",
+        waited.as_secs()
+    )]
+    ContainersRemain { run_id: String, waited: Duration },
+    /// A command too long for one argument, written to a script the shell runs.
+    #[error("failed to write {}", path.display())]
+    WriteScript {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to wait for `{program}`")]
+    Wait {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("log task failed")]
+    LogTask(#[source] tokio::task::JoinError),
+    /// The cluster driver's messages (a job that cannot be submitted or was lost); they become
+    /// variants of their own when that code is next reworked.
     #[error("{0}")]
     Other(String),
 }
