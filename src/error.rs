@@ -184,7 +184,9 @@ impl Error {
     /// The documented exit code (see the module comment).
     pub fn exit_code(&self) -> i32 {
         match self {
-            // `heddle lock` before a run: nothing failed, the user has a step to take (exit 2).
+            // `heddle lock` before a run: nothing failed, the user has a step to take.
+            Error::NotCached(_) => EXIT_INVALID,
+            // A report stage wrote what the report cannot draw: the stage's fault.
             Error::NotPlots { .. } | Error::DrawReport(_) => EXIT_STAGE_FAILED,
             Error::CannotVerify { source, .. } => source.exit_code(),
             _ => EXIT_INVALID,
@@ -206,28 +208,22 @@ impl Error {
 }
 
 /// The text `main` prints to stderr: `error: <headline>`, then `  caused by: <cause>` for each
-/// link of the chain, then a help line if there is one. A cause whose text the previous line
-/// already ends with (errors that repeat their source, `{0}` wrappers) is printed once.
+/// link of the chain ([`heddle_cache::causes`], which also gives records their one-line
+/// errors), then a help line if there is one.
 pub fn render(e: &Error) -> String {
+    let causes = heddle_cache::causes(e);
     let mut out = match e {
         // Diagnostics carry their own `error:` lines.
         Error::Invalid(d) => d.to_string(),
-        _ => format!("error: {e}"),
+        _ => format!("error: {}", causes[0]),
     };
-    let mut last = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        let text = c.to_string();
-        if !last.ends_with(&text) {
-            // A nested diagnostic keeps its lines; only its own `error: ` lead is dropped.
-            let _ = write!(
-                out,
-                "\n  caused by: {}",
-                text.strip_prefix("error: ").unwrap_or(&text)
-            );
-        }
-        last = text;
-        cause = c.source();
+    for text in &causes[1..] {
+        // A nested diagnostic keeps its lines; only its own `error: ` lead is dropped.
+        let _ = write!(
+            out,
+            "\n  caused by: {}",
+            text.strip_prefix("error: ").unwrap_or(text)
+        );
     }
     if let Some(help) = e.help() {
         let _ = write!(out, "\n  = help: {help}");
@@ -261,15 +257,25 @@ mod tests {
     }
 
     #[test]
-    fn a_cause_the_headline_repeats_is_printed_once() {
+    fn a_transparent_error_shows_its_causes_once() {
         let e = Error::Lock(heddle_runner::lock::LockError::Write {
             path: "p.lock".into(),
             source: io(std::io::ErrorKind::PermissionDenied, "Permission denied"),
         });
         assert_eq!(
             render(&e),
-            "error: failed to write lock file p.lock: Permission denied"
+            "error: failed to write lock file p.lock\n  caused by: Permission denied"
         );
+    }
+
+    #[test]
+    fn not_cached_exits_2_as_nothing_failed() {
+        let e = Error::NotCached(vec!["a".into(), "b[k=1]".into()]);
+        assert_eq!(
+            render(&e),
+            "error: 2 instances are not in the cache (a, b[k=1]); run the pipeline first"
+        );
+        assert_eq!(e.exit_code(), EXIT_INVALID);
     }
 
     #[test]
@@ -288,13 +294,13 @@ mod tests {
 
     #[test]
     fn help_follows_the_causes() {
-        let e = Error::NoLock(heddle_runner::lock::LockError::Parse {
+        let e = Error::NoLock(heddle_runner::lock::LockError::Read {
             path: "p.lock".into(),
-            message: "bad".into(),
+            source: io(std::io::ErrorKind::NotFound, "not found"),
         });
         assert_eq!(
             render(&e),
-            "error: failed to parse lock file p.lock: bad\n  = help: `heddle run` writes it after a successful run; `heddle lock` writes it from the cache"
+            "error: failed to read lock file p.lock\n  caused by: not found\n  = help: `heddle run` writes it after a successful run; `heddle lock` writes it from the cache"
         );
     }
 }

@@ -59,7 +59,7 @@ fn a_command_missing_its_input_says_which_and_why() {
         ),
         (
             &["status", "p.toml"],
-            "error: failed to read lock file p.lock: No such file or directory (os error 2)\n  = help: `heddle run` writes it after a successful run; `heddle lock` writes it from the cache\n",
+            "error: failed to read lock file p.lock\n  caused by: No such file or directory (os error 2)\n  = help: `heddle run` writes it after a successful run; `heddle lock` writes it from the cache\n",
         ),
     ];
     for (args, stderr) in cases {

@@ -70,16 +70,24 @@ pub enum CacheError {
 
 /// The error and each of its causes, joined by ": " (for one-line messages in records).
 pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let causes = std::iter::successors(e.source(), |c| c.source());
-    causes.fold(e.to_string(), |mut text, c| {
-        let next = c.to_string();
-        // Some errors repeat their cause in their own message; print it once.
-        if !text.ends_with(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
+    causes(e).join(": ")
+}
+
+/// The texts of `e` and of each of its causes, in order: what every renderer of an error prints
+/// (the binary's `caused by:` lines, [`error_chain`]'s one line). heddle's own errors never repeat
+/// their source in their message; a cause whose text the previous one ends with is still
+/// skipped, for errors of other crates that do (bollard's print their `#[from]` cause).
+pub fn causes(e: &dyn std::error::Error) -> Vec<String> {
+    let mut out = vec![e.to_string()];
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.last().is_some_and(|last| last.ends_with(&text)) {
+            out.push(text);
         }
-        text
-    })
+        cause = c.source();
+    }
+    out
 }
 
 impl CacheError {

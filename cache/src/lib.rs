@@ -88,7 +88,7 @@ mod tree;
 
 pub use digest::{hash_file, Digest};
 pub use entry::{ActionEntry, OutputEntry};
-pub use error::{error_chain, CacheError};
+pub use error::{causes, error_chain, CacheError};
 pub use lock::KeyLock;
 pub use maintenance_report::{BadEntry, DuReport, FamilyUsage, GcReport, VerifyReport};
 pub use statcache::StatCache;

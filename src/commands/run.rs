@@ -132,7 +132,7 @@ pub async fn run(s: &Session, a: &RunArgs) -> Result<i32, Error> {
         let path = lock::lock_path(&plan.pipeline.file);
         match lock::write_from_record(&rec, &path, &lock::stamps_dir(&plan.pipeline.root)) {
             Ok(_) => say_err!("lock: {}", display_rel(&path)),
-            Err(e) => say_err!("warning: {e}"),
+            Err(e) => say_err!("warning: {}", heddle_cache::error_chain(&e)),
         }
     }
     print_failures(&rec);

@@ -85,9 +85,7 @@ fn print_instances(instances: &[(String, InstanceRecord)]) -> Result<String, Loc
         let one = OneInstance {
             instance: [LockedView::of(label, r)],
         };
-        let part = toml::to_string_pretty(&one).map_err(|e| LockError::Encode {
-            message: e.to_string(),
-        })?;
+        let part = toml::to_string_pretty(&one).map_err(LockError::Encode)?;
         if !text.is_empty() && !text.ends_with("\n\n") {
             text.push('\n');
         }

@@ -63,18 +63,25 @@ pub struct LockedInstance {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
-    #[error("failed to read lock file {path}: {source}")]
+    #[error("failed to read lock file {}", path.display())]
     Read {
         path: PathBuf,
+        #[source]
         source: std::io::Error,
     },
-    #[error("failed to parse lock file {path}: {message}")]
-    Parse { path: PathBuf, message: String },
-    #[error("failed to encode the lock file: {message}")]
-    Encode { message: String },
-    #[error("failed to write lock file {path}: {source}")]
+    /// The parser's error names the line and column and shows the line.
+    #[error("failed to parse lock file {}", path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: Box<toml::de::Error>,
+    },
+    #[error("failed to encode the lock file")]
+    Encode(#[source] toml::ser::Error),
+    #[error("failed to write lock file {}", path.display())]
     Write {
         path: PathBuf,
+        #[source]
         source: std::io::Error,
     },
 }
@@ -133,9 +140,7 @@ impl LockFile {
     /// The lock file's text for `lock` (a [`LockFile`], or a view that serialises as one).
     fn render(lock: &impl Serialize) -> Result<String, LockError> {
         let mut s = String::from("# heddle lock file: written by `heddle run` and `heddle lock`; compare with `heddle status`.\n");
-        let body = toml::to_string_pretty(lock).map_err(|e| LockError::Encode {
-            message: e.to_string(),
-        })?;
+        let body = toml::to_string_pretty(lock).map_err(LockError::Encode)?;
         s.push_str(&body);
         Ok(s)
     }
@@ -152,7 +157,7 @@ impl LockFile {
         })?;
         toml::from_str(&text).map_err(|e| LockError::Parse {
             path: path.to_path_buf(),
-            message: e.message().to_string(),
+            source: Box::new(e),
         })
     }
 

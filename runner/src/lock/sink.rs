@@ -205,7 +205,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("missing").join("p.lock");
         let mut sink = LockSink::new(&path);
-        let text = sink.push("a\n").unwrap_err().to_string();
+        let text = heddle_cache::error_chain(&sink.push("a\n").unwrap_err());
         assert!(text.contains(&path.display().to_string()), "{text}");
         assert!(text.contains("No such file or directory"), "{text}");
     }
