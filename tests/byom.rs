@@ -10,7 +10,7 @@
 //! tests/all.sh installs both packages (--no-deps: only their files are used) into its venv and
 //! sets HEDDLE_BYOM_SITE to its site-packages; without it the test says it skipped.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -11,7 +11,7 @@
 //! deletes it and waits for the watch to see it gone, then sweeps the run's label. The image
 //! is a digest no registry holds: the pod never starts, which is all the test needs.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! shared cache is a plain folder (`file://`), the only path between the driver and the
 //! workers: each worker has a cache of its own (`worker_cache`).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

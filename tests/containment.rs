@@ -3,7 +3,7 @@
 //! sandboxes do not pile up (issue 14, items 4 and 5). Linux: these rely on /proc.
 #![cfg(target_os = "linux")]
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Child;

@@ -17,7 +17,7 @@
 //! target/pytest-venv and sets HEDDLE_REQUIRE_CORPUS=1; without them the test says it skipped.
 //! The table is printed and written to target/corpus.md.
 
-mod support;
+use crate::support;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -12,7 +12,7 @@
 //! The model and images are the BYOM test's (a PP-OCR model and scikit-image samples from their
 //! PyPI wheels, HEDDLE_BYOM_SITE); without them, or without the images, the tests say they skipped.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -2,7 +2,7 @@
 //! report table and a facts file twice, the second time with `--set scale=5`, and the library
 //! compares the two records and their tables as `heddle diff` will.
 
-mod support;
+use crate::support;
 
 use heddle_cache::Store;
 use heddle_report::artefacts;

@@ -2,7 +2,7 @@
 //! `  caused by: <cause>` line per link of the chain (the OS or engine error included), and the
 //! documented exit code. Each test runs the real binary against a real filesystem.
 
-mod support;
+use crate::support;
 
 use support::snapshot::normalise;
 use support::{Project, Run};

@@ -2,7 +2,7 @@
 //! under it, commands too long for one argument still run, reused sandboxes start empty, and a
 //! `kill -9` of heddle takes its running stages with it.
 
-mod support;
+use crate::support;
 
 use support::assert_contains;
 use support::fill;

@@ -3,7 +3,7 @@
 //! meet it: a root stage editing its input, a symlink output, a `../` matrix value, two
 //! concurrent runs of one pipeline with different params.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::fs;

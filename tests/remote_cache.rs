@@ -6,7 +6,7 @@
 
 #[path = "../remote/tests/common/mod.rs"]
 mod servers;
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

@@ -5,8 +5,8 @@
 //! outputs. The entries are on a `file://` remote written by a real writer's run; lies about
 //! sizes and pace come from a loopback S3 server written for these tests (remote_team/loopback.rs).
 
-mod remote_team;
-mod support;
+use crate::remote_team;
+use crate::support;
 
 use std::time::Duration;
 

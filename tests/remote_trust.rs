@@ -4,8 +4,8 @@
 //! record, and treats anything else as a miss with one warning; `cache verify --remote`
 //! reports who signed what and what does not verify.
 
-mod remote_team;
-mod support;
+use crate::remote_team;
+use crate::support;
 
 use remote_team::*;
 use support::{assert_contains, assert_lacks, instance, Project};

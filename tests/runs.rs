@@ -2,7 +2,7 @@
 //! number in a cell of its report tables) and the params it changed against the previous run
 //! of the same pipeline.
 
-mod support;
+use crate::support;
 
 use heddle_runner::record;
 use support::Project;

@@ -4,11 +4,11 @@
 //! PyPI) accepts every one of them and rejects a misspelt key as heddle does.
 //!
 //! Regenerate the committed schemas after changing `runner/src/spec.rs`:
-//! `HEDDLE_BLESS=1 cargo test --release --test schema` (or `heddle schema pipeline|stage`).
+//! `HEDDLE_BLESS=1 cargo test --release --test suite schema::` (or `heddle schema pipeline|stage`).
 //! The validator tests skip when check-jsonschema is not installed, and fail instead under
 //! HEDDLE_REQUIRE_SCHEMA_CHECK=1 (tests/all.sh installs it and sets that).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -45,7 +45,7 @@ fn committed_schemas_are_what_heddle_prints() {
         assert!(
             committed == now,
             "schemas/{file} is stale (runner/src/spec.rs changed): regenerate it with \
-             HEDDLE_BLESS=1 cargo test --release --test schema"
+             HEDDLE_BLESS=1 cargo test --release --test suite schema::"
         );
     }
 }

@@ -2,7 +2,7 @@
 //! binary: the bash script must pass `bash -n`, every script must name heddle's commands, and
 //! colour must follow `--color` and `NO_COLOR` (on a real pseudo-terminal from `script`).
 
-mod support;
+use crate::support;
 
 use support::assert_contains;
 use support::Project;

@@ -7,11 +7,11 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use crate::compare_table::parse_compare;
+use super::compare_table::parse_compare;
+use super::{double_ready, json_file, DFC_SMALL, DOUBLE_IMAGE};
 use crate::support::assert_contains;
 use crate::support::records::{assert_failed, cached, instances, status};
 use crate::support::Project;
-use crate::{double_ready, json_file, DFC_SMALL, DOUBLE_IMAGE};
 
 #[test]
 fn dfc_pipelines_validate() {

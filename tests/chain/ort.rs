@@ -4,11 +4,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::compare_table::{parse_compare, Row};
+use super::compare_table::{parse_compare, Row};
+use super::{json_file, output_digest, ran, set, ORT_SMALL};
 use crate::support::assert_contains;
 use crate::support::records::{cached, instances, status};
 use crate::support::Project;
-use crate::{json_file, output_digest, ran, set, ORT_SMALL};
 
 #[test]
 fn ort_chain() {

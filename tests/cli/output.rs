@@ -1,12 +1,12 @@
 //! The exact text users read, through the built binary: each class of invalid pipeline
 //! (file:line:col, the source line, the label, the help) and `heddle plan` before and after a
-//! change (`heddle dag` is in [`crate::pipelines`]). Snapshots are in `tests/cli/snapshots/`,
-//! temp paths written as `[PROJECT]`; `INSTA_UPDATE=always cargo test --release --test cli`
-//! rewrites them after an intended change (review the diff).
+//! change (`heddle dag` is in [`super::pipelines`]). Snapshots are in `tests/cli/snapshots/`,
+//! temp paths written as `[PROJECT]`; `INSTA_UPDATE=always cargo test --release --test suite
+//! cli::output::` rewrites them after an intended change (review the diff).
 
 use insta::assert_snapshot;
 
-use crate::caching::uses_project;
+use super::caching::uses_project;
 use crate::support::assert_lacks;
 use crate::support::snapshot::normalise;
 use crate::support::Project;

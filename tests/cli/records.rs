@@ -1,7 +1,7 @@
 //! What a run leaves to read: `heddle runs`, `heddle show`, cache keys that do not depend on
 //! where the project or the cache lives, and the facts a stage reports.
 
-use crate::caching::chain_project;
+use super::caching::chain_project;
 use crate::support::assert_contains;
 use crate::support::{instance, Project};
 

@@ -1,7 +1,7 @@
 //! A run writes a lock; `heddle status` explains changes against it; `heddle lock` rewrites it
 //! from the cache.
 
-use crate::project;
+use super::project;
 use crate::support::assert_contains;
 use crate::support::Project;
 

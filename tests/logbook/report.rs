@@ -1,7 +1,7 @@
 //! `heddle report`: one self-contained HTML page, checked in headless Chromium when it is
 //! installed.
 
-use crate::project;
+use super::project;
 use crate::support::Project;
 use crate::support::{assert_contains, assert_lacks};
 

@@ -3,7 +3,7 @@
 
 use insta::assert_snapshot;
 
-use crate::project_with_entry;
+use super::project_with_entry;
 use crate::support::docker;
 use crate::support::Project;
 use crate::support::{assert_contains, assert_lacks};

@@ -1,5 +1,5 @@
-//! The one harness every integration test in tests/ shares (each test file is its own binary and
-//! takes what it needs; the rest is dead code there):
+//! The one harness every integration test in tests/ shares (`tests/suite.rs` and the `docker`
+//! binary each take what they need; the rest is dead code there):
 //! - [`project`]: a temp project with its own cache, driven through the real `heddle` binary;
 //! - [`records`]: questions asked of a run record (`heddle show last --json`);
 //! - [`process`]: waiting on processes and files, signals, whether a pid is alive;

@@ -14,8 +14,7 @@
 //! HEDDLE_REQUIRE_DOCKER=1 (tests/all.sh sets it when it built the images), which makes that a
 //! failure (the harness's Docker guard).
 
-#[path = "../support/mod.rs"]
-mod support;
+use crate::support;
 
 mod compare_table;
 mod dfc;

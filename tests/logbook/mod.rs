@@ -2,8 +2,7 @@
 //! ([`verify`], and every committed entry against an edit in [`committed`]), and the HTML
 //! report ([`report`]), through the real binary.
 
-#[path = "../support/mod.rs"]
-mod support;
+use crate::support;
 
 mod committed;
 mod lock;

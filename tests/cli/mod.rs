@@ -3,9 +3,6 @@
 //! ([`failures`]), what a run leaves to read ([`records`]), and the exact text of diagnostics,
 //! `heddle plan` and `heddle dag` ([`output`], snapshots in `tests/cli/snapshots/`).
 
-#[path = "../support/mod.rs"]
-mod support;
-
 mod caching;
 mod edited;
 mod escapes;
