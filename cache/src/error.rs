@@ -78,10 +78,11 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 /// their source in their message; a cause whose text the previous one ends with is still
 /// skipped, for errors of other crates that do (bollard's print their `#[from]` cause).
 pub fn causes(e: &dyn std::error::Error) -> Vec<String> {
-    let mut out = vec![e.to_string()];
+    // Trailing newlines dropped: the TOML parser ends its snippet with one.
+    let mut out = vec![e.to_string().trim_end().to_string()];
     let mut cause = e.source();
     while let Some(c) = cause {
-        let text = c.to_string();
+        let text = c.to_string().trim_end().to_string();
         if !out.last().is_some_and(|last| last.ends_with(&text)) {
             out.push(text);
         }
@@ -98,5 +99,52 @@ impl CacheError {
     ) -> impl FnOnce(std::io::Error) -> CacheError {
         let path = path.into();
         move |source| CacheError::Io { op, path, source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{text}")]
+    struct E {
+        text: &'static str,
+        #[source]
+        source: Option<Box<E>>,
+    }
+
+    fn chain(texts: &[&'static str]) -> E {
+        texts
+            .iter()
+            .rev()
+            .fold(None, |source, text| {
+                Some(E {
+                    text,
+                    source: source.map(Box::new),
+                })
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn each_cause_once_without_trailing_newlines() {
+        let e = chain(&[
+            "failed to read p.lock",
+            "parse error at line 2\n  |\n2 | x\n",
+            "os error",
+        ]);
+        assert_eq!(
+            causes(&e),
+            [
+                "failed to read p.lock",
+                "parse error at line 2\n  |\n2 | x",
+                "os error"
+            ]
+        );
+        // Another crate's error that prints its source: the source is not repeated.
+        let e = chain(&["client error: refused", "refused"]);
+        assert_eq!(causes(&e), ["client error: refused"]);
+        assert_eq!(error_chain(&e), "client error: refused");
     }
 }
