@@ -22,7 +22,7 @@ pub fn python() -> &'static str {
 }
 
 /// [`NAMES`] as templates, for error messages: `{{ host.python }}`.
-pub(crate) fn names_listed() -> String {
+fn names_listed() -> String {
     NAMES
         .iter()
         .map(|n| format!("{{{{ {n} }}}}"))
@@ -35,6 +35,7 @@ fn lookup(path: &[String]) -> Result<Rendered, LookupError> {
         [ns, k] if ns == "host" && k == "python" => Ok(Rendered::One(python().to_string())),
         _ => Err(LookupError::NotAHostVariable {
             path: path.to_vec(),
+            allowed: names_listed(),
         }),
     }
 }

@@ -60,13 +60,13 @@ pub enum LookupError {
     UnknownOutput { name: String },
     #[error("`stage.dir` needs a `uses` definition")]
     StageDirNeedsUses,
-    /// A param value may only name facts about this machine ([`crate::host_vars`]).
+    /// A param value may only name facts about this machine (`allowed`, listed by
+    /// `host_vars`, which renders param values).
     #[error(
-        "unknown variable `{}` in a param value (a param value may use {})",
-        .path.join("."),
-        crate::host_vars::names_listed()
+        "unknown variable `{}` in a param value (a param value may use {allowed})",
+        .path.join(".")
     )]
-    NotAHostVariable { path: Vec<String> },
+    NotAHostVariable { path: Vec<String>, allowed: String },
 }
 
 impl LookupError {
