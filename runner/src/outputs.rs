@@ -155,12 +155,16 @@ pub fn collect(
         })?;
         outs.insert(name.clone(), entry);
     }
-    std::fs::create_dir_all(dir).map_err(|e| {
-        (
-            ErrorClass::HeddleError,
-            format!("failed to create {}: {e}", dir.display()),
-        )
-    })?;
+    // `materialize` makes `dir` for the first output (a second `create_dir_all` here cost two
+    // system calls a stage: benches/RESULTS.md, M15).
+    if outs.is_empty() {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            (
+                ErrorClass::HeddleError,
+                format!("failed to create {}: {e}", dir.display()),
+            )
+        })?;
+    }
     let mut paths = BTreeMap::new();
     for (name, entry) in &outs {
         let dest = dir.join(&files[name]);

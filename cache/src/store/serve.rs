@@ -188,7 +188,7 @@ impl Store {
                 }
             }
         }
-        replace_path(tmp.path(), dest)?;
+        replace_path(tmp.path(), dest, matches!(entry, OutputEntry::Dir { .. }))?;
         tmp.keep();
         if let Some(stats) = stats {
             for (p, d) in recorded {
@@ -309,12 +309,23 @@ fn make_symlink(target: &str, at: &Path) -> Result<(), CacheError> {
     r.map_err(CacheError::io("create symlink", at))
 }
 
-/// Move `tmp` onto `dest`. A file replaces a file atomically; when a directory is involved on
-/// either side, the old `dest` is first moved aside and then removed.
-fn replace_path(tmp: &Path, dest: &Path) -> Result<(), CacheError> {
-    let tmp_is_dir = fs::symlink_metadata(tmp)
-        .map(|m| m.is_dir())
-        .unwrap_or(false);
+/// Move `tmp` (a folder when `tmp_is_dir`) onto `dest`. A file replaces a file atomically;
+/// when a directory is involved on either side, the old `dest` is first moved aside and then
+/// removed.
+///
+/// A file is renamed first and `dest` looked at only if that fails: `rename` refuses to put a
+/// file over a folder (`EISDIR`), so the common case (a file over a file or over nothing)
+/// costs one system call instead of three; every output a run stores or restores passes
+/// here (benches/RESULTS.md, M15).
+fn replace_path(tmp: &Path, dest: &Path, tmp_is_dir: bool) -> Result<(), CacheError> {
+    #[cfg(unix)]
+    if !tmp_is_dir {
+        match fs::rename(tmp, dest) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {}
+            Err(e) => return Err(CacheError::io("rename into", dest)(e)),
+        }
+    }
     match fs::symlink_metadata(dest) {
         Ok(m) if m.is_dir() || tmp_is_dir => {
             let parent = dest.parent().unwrap_or(Path::new("."));

@@ -210,20 +210,26 @@ async fn run(
     })?;
     let (out, err) = child.take_streams();
     let stop_reading = CancellationToken::new();
-    let t_out = tokio::spawn(pump(
-        out,
-        req.stdout_log.clone(),
-        lines.clone(),
-        stop_reading.clone(),
-        req.mask.stream(),
-    ));
-    let t_err = tokio::spawn(pump(
-        err,
-        req.stderr_log.clone(),
-        lines,
-        stop_reading.clone(),
-        req.mask.stream(),
-    ));
+    // A stream redirected to a file (`cat a > o`: stdout) has no pump: a task spawned only to
+    // return at once was a task and a wake-up per stage (benches/RESULTS.md, M15).
+    let t_out = out.map(|out| {
+        tokio::spawn(pump(
+            Some(out),
+            req.stdout_log.clone(),
+            lines.clone(),
+            stop_reading.clone(),
+            req.mask.stream(),
+        ))
+    });
+    let t_err = err.map(|err| {
+        tokio::spawn(pump(
+            Some(err),
+            req.stderr_log.clone(),
+            lines,
+            stop_reading.clone(),
+            req.mask.stream(),
+        ))
+    });
     let outcome = wait(&mut child, &req, &cancel, &program).await?;
     #[cfg(target_os = "linux")]
     token.sweep().await;
@@ -285,12 +291,20 @@ async fn wait(
 
 /// Let the log pumps finish, for at most [`DRAIN`], and pass on the first error either had.
 async fn drain(
-    t_out: tokio::task::JoinHandle<Result<(), ExecError>>,
-    t_err: tokio::task::JoinHandle<Result<(), ExecError>>,
+    t_out: Option<tokio::task::JoinHandle<Result<(), ExecError>>>,
+    t_err: Option<tokio::task::JoinHandle<Result<(), ExecError>>>,
     stop_reading: CancellationToken,
     label: &str,
 ) -> Result<(), ExecError> {
-    let mut both = std::pin::pin!(async { tokio::join!(t_out, t_err) });
+    async fn join(
+        t: Option<tokio::task::JoinHandle<Result<(), ExecError>>>,
+    ) -> Result<Result<(), ExecError>, tokio::task::JoinError> {
+        match t {
+            Some(t) => t.await,
+            None => Ok(Ok(())),
+        }
+    }
+    let mut both = std::pin::pin!(async { tokio::join!(join(t_out), join(t_err)) });
     let (r_out, r_err) = tokio::select! {
         r = &mut both => r,
         _ = tokio::time::sleep(DRAIN) => {
@@ -430,11 +444,46 @@ impl Drop for Group {
     }
 }
 
+/// The file `program` names on `path`, or `program` itself when it names a path or is not found.
+///
+/// A found program is remembered per (name, PATH) for the rest of the process, as a shell's
+/// command hash does, and only checked to still be a file on later lookups: the search stats
+/// every PATH folder before the one holding it (nine `statx` calls a stage for `cat` on this
+/// machine's PATH), and a chain's stages run the same few programs again and again
+/// (benches/RESULTS.md, M15). A program put earlier on PATH during a run is found by the
+/// next heddle, as a new program is by the next shell after `hash -r`.
 fn resolve_program(program: &str, path: Option<&str>) -> std::path::PathBuf {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    type Found = HashMap<(String, String), std::path::PathBuf>;
+    static FOUND: Mutex<Option<Found>> = Mutex::new(None);
     let p = Path::new(program);
     if p.components().count() > 1 || path.is_none() {
         return p.to_path_buf();
     }
+    let key = (program.to_string(), path.unwrap_or_default().to_string());
+    let known = FOUND
+        .lock()
+        .expect("program cache")
+        .as_ref()
+        .and_then(|m| m.get(&key).cloned());
+    if let Some(known) = known.filter(|k| k.is_file()) {
+        return known;
+    }
+    let found = search_path(program, path);
+    if found.is_absolute() {
+        FOUND
+            .lock()
+            .expect("program cache")
+            .get_or_insert_with(HashMap::new)
+            .insert(key, found.clone());
+    }
+    found
+}
+
+/// The first file named `program` in a folder of `path`, or `program` itself.
+fn search_path(program: &str, path: Option<&str>) -> std::path::PathBuf {
+    let p = Path::new(program);
     for dir in std::env::split_paths(path.unwrap_or_default()) {
         let cand = dir.join(program);
         if cand.is_file() {

@@ -4,8 +4,8 @@
 //! Why chunks and not lines: the first version read line by line (`read_until`), wrote each line
 //! through `tokio::fs` (one blocking-pool round trip per line) and allocated a `String` per line
 //! for the progress channel: many short lines logged orders of magnitude slower than `cat`, and
-//! one long line was held whole three times over (benches/RESULTS.md, M1). Now a 256 KiB buffer is
-//! filled and written as it comes, whatever the line structure; the display gets at most one
+//! one long line was held whole three times over (benches/RESULTS.md, M1). Now a buffer (8 KiB, then
+//! 256 KiB once a stream fills that) is filled and written as it comes, whatever the line structure; the display gets at most one
 //! line per read (it shows only the latest), cut to [`LINE_CAP`] bytes. Memory per stream is
 //! the buffer plus the cap, whatever the stage prints.
 //!
@@ -23,8 +23,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::ExecError;
 
-/// Bytes read (and written to the log) at a time.
+/// Bytes read (and written to the log) at a time, once a stream has filled [`FIRST_CHUNK`].
 const CHUNK: usize = 256 * 1024;
+
+/// The buffer a stream starts with. Most stages print nothing or a few lines; a zeroed
+/// 256 KiB buffer per stream per stage was a fresh allocation (page faults and a memset) on
+/// every stage of a chain (benches/RESULTS.md, M15). A stream that fills it gets [`CHUNK`].
+const FIRST_CHUNK: usize = 8 * 1024;
 
 /// The longest line prefix sent to the progress display (it shows 160 characters).
 pub const LINE_CAP: usize = 512;
@@ -54,7 +59,7 @@ pub async fn pump<R: AsyncRead + Unpin>(
         source,
     };
     let mut file: Option<tokio::fs::File> = None;
-    let mut buf = vec![0u8; CHUNK];
+    let mut buf = vec![0u8; FIRST_CHUNK];
     let mut latest = LatestLine::default();
     loop {
         let n = tokio::select! {
@@ -65,6 +70,7 @@ pub async fn pump<R: AsyncRead + Unpin>(
         if n == 0 {
             break;
         }
+        let filled = n == buf.len();
         let chunk = mask.feed(&buf[..n]);
         if chunk.is_empty() {
             continue;
@@ -76,6 +82,9 @@ pub async fn pump<R: AsyncRead + Unpin>(
         f.write_all(&chunk).await.map_err(log_err)?;
         if let Some(line) = latest.push(&chunk) {
             let _ = lines.send(line);
+        }
+        if filled && buf.len() < CHUNK {
+            buf.resize(CHUNK, 0);
         }
     }
     let rest = mask.finish();

@@ -30,7 +30,7 @@ pub fn write_from_record(rec: &RunRecord, path: &Path, stamps: &Path) -> Result<
     print_toml(rec, |piece| sink.push(piece))?;
     let bytes = sink.finish()?;
     if let Some(stamp) = stamp {
-        stamp.save(&bytes);
+        stamp.save(&bytes, path);
     }
     Ok(bytes)
 }

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use toml::Spanned;
 
-use super::loader::Loader;
+use super::loader::{Loader, StageNames};
 use super::refs::parse_ref;
 use super::{Input, InputKind, StageDef};
 use crate::diag::did_you_mean;
@@ -21,7 +21,7 @@ impl Loader {
         name: &Spanned<String>,
         r: &RawStage,
         def: Option<&StageDef>,
-        stage_names: &[String],
+        stage_names: &StageNames,
     ) -> BTreeMap<String, Input> {
         let mut inputs = BTreeMap::new();
         // Names the stage binds, including those whose binding was wrong: an input that is
@@ -74,7 +74,7 @@ impl Loader {
         &mut self,
         iname: &str,
         v: &Spanned<InputSpec>,
-        stage_names: &[String],
+        stage_names: &StageNames,
     ) -> Option<InputKind> {
         match v.get_ref() {
             InputSpec::Path(p) if p.contains("{{") => match Template::parse(p) {
@@ -103,12 +103,11 @@ impl Loader {
             InputSpec::Ref(text) => match parse_ref(text) {
                 Ok((stage, selector, output)) => {
                     if !stage_names.contains(&stage) {
+                        let names = &stage_names.ordered;
                         self.err_help(
                             v.span(),
                             format!("input `{iname}` refers to unknown stage `{stage}`"),
-                            did_you_mean(&stage, stage_names, || {
-                                format!("stages: {}", stage_names.join(", "))
-                            }),
+                            did_you_mean(&stage, names, || format!("stages: {}", names.join(", "))),
                         );
                         return None;
                     }

@@ -41,8 +41,28 @@ pub(super) struct Scope<'a> {
     pub params: &'a BTreeMap<String, Value>,
     pub resources: &'a BTreeMap<String, u32>,
     pub envs: &'a BTreeMap<String, EnvDef>,
-    pub stage_names: &'a [String],
+    pub stage_names: &'a StageNames,
     pub defaults: Option<&'a RawStage>,
+}
+
+/// The pipeline's stage names in file order (for messages), with a set to look them up: every
+/// input that names a stage is checked against them, and a scan of the list per input made
+/// loading a chain of N stages cost N² comparisons (10 % of a 1,000-stage chain's whole run in
+/// instructions: benches/RESULTS.md, M15).
+pub(super) struct StageNames {
+    pub ordered: Vec<String>,
+    set: std::collections::HashSet<String>,
+}
+
+impl StageNames {
+    pub fn new(ordered: Vec<String>) -> StageNames {
+        let set = ordered.iter().cloned().collect();
+        StageNames { ordered, set }
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.set.contains(name)
+    }
 }
 
 /// `[resources]`: pool sizes, and which pools are shared across the host.
@@ -113,7 +133,8 @@ impl Loader {
 
         let mut ordered: Vec<_> = spec.stages.iter().collect();
         ordered.sort_by_key(|(_, s)| s.span().start);
-        let stage_names: Vec<String> = ordered.iter().map(|(k, _)| k.get_ref().clone()).collect();
+        let stage_names =
+            StageNames::new(ordered.iter().map(|(k, _)| k.get_ref().clone()).collect());
         let scope = Scope {
             params: &params,
             resources: &pools.units,
