@@ -2,15 +2,13 @@
 //! unit shared by every heddle on the host. Two runs' device stages never overlap, `heddle
 //! status` names the holder, and `kill -9` of a holder frees the unit.
 
-mod support;
-
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use support::fill;
-use support::process::{wait_ended, wait_for, StderrLines};
-use support::Project;
-use support::{assert_contains, assert_lacks};
+use crate::support::fill;
+use crate::support::process::{wait_ended, wait_for, StderrLines};
+use crate::support::Project;
+use crate::support::{assert_contains, assert_lacks};
 
 fn device_project(name: &str, sleep: &str) -> Project {
     Project::with_pipeline(&fill(

@@ -7,9 +7,11 @@
 //! `tests/errors.rs`. The harness all of them share is [`support`].
 //!
 //! Kept apart:
-//! - `tests/docker/` is the `docker` test binary (`cargo test --test docker`): its modules and its
-//!   `engine!` macro name each other through `crate::`, and it is being reworked on another
-//!   branch; it joins this binary with a `crate::` → `crate::docker::` rename after that lands.
+//! - `tests/docker/` is the `docker` test binary (`cargo test --test docker`), which cargo runs
+//!   after this one, never beside it: one of its tests runs `heddle gc --containers`, which
+//!   removes every heddle container on the engine, and only the docker tests take the lock that
+//!   keeps it apart from the others (`engine!(exclusive)`). Container stages run in this binary's
+//!   tests too (the DFC routes, the SLURM containers), and in one process they would race it.
 //! - [`cluster_slurm`] is in this binary, but `tests/all.sh` runs it in a `cargo test` of its own
 //!   (`cluster_slurm::`) and skips it in the others: its SLURM daemons and jobs want both cores,
 //!   as they had when it was a binary that cargo ran alone.
@@ -27,11 +29,6 @@ mod dfc_routes;
 mod diff;
 mod errors;
 mod exec;
-// Its own copy of `support` (its `mod support;`, resolved beside it through the `#[path]`) until
-// the pool work that edits this file lands; then `use crate::support;` as in the others, and
-// this `allow` goes.
-#[allow(clippy::duplicate_mod)]
-#[path = "host_pool.rs"]
 mod host_pool;
 mod integrity;
 mod logbook;
