@@ -96,6 +96,21 @@ impl Setup {
         self.p.last_record()
     }
 
+    /// The first job SLURM holds (`--hold`) whose id is not in `seen`, as `squeue` prints it
+    /// (id, name, state, reason, comment), once there is one (a minute at most).
+    fn next_held(&self, seen: &[String]) -> Vec<String> {
+        let mut held = None;
+        wait_for("a held job", Duration::from_secs(60), || {
+            held = self
+                .slurm
+                .jobs()
+                .into_iter()
+                .find(|j| j[2] == "PENDING" && j[3] == "JobHeldUser" && !seen.contains(&j[0]));
+            held.is_some()
+        });
+        held.unwrap()
+    }
+
     /// No file of the shared cache or the project holds `canary`.
     fn assert_nowhere(&self, canary: &str) {
         for (root, what) in [
@@ -277,16 +292,7 @@ fn a_job_cancelled_from_outside_is_retried_once_then_reported() {
     // `make`: cancelled once, then released; `use`: cancelled twice.
     let mut plan = vec!["cancel", "release", "cancel", "cancel"].into_iter();
     while acted.len() < 4 {
-        let mut held = None;
-        wait_for("a held job", Duration::from_secs(60), || {
-            held = s
-                .slurm
-                .jobs()
-                .into_iter()
-                .find(|j| j[2] == "PENDING" && j[3] == "JobHeldUser" && !acted.contains(&j[0]));
-            held.is_some()
-        });
-        let id = held.unwrap()[0].clone();
+        let id = s.next_held(&acted)[0].clone();
         let step = plan.next().unwrap();
         let mut c = match step {
             "cancel" => s.slurm.cmd("scancel"),
@@ -360,16 +366,7 @@ fn a_controller_that_stops_answering_fails_the_run_instead_of_hanging_it() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let mut held = None;
-    wait_for("a held job", Duration::from_secs(60), || {
-        held = s
-            .slurm
-            .jobs()
-            .into_iter()
-            .find(|j| j[2] == "PENDING" && j[3] == "JobHeldUser");
-        held.is_some()
-    });
-    let id = held.unwrap()[0].clone();
+    let id = s.next_held(&[])[0].clone();
     s.slurm.stop_controller();
     let status = wait_ended(
         &mut child,
@@ -422,15 +419,7 @@ fn an_evicted_input_is_an_infrastructure_fault_and_is_retried() {
         .join(heddle_cache::Digest::of_bytes(text.as_bytes()).to_string());
     let mut released: Vec<String> = Vec::new();
     while released.len() < 3 {
-        let mut held = None;
-        wait_for("a held job", Duration::from_secs(60), || {
-            held =
-                s.slurm.jobs().into_iter().find(|j| {
-                    j[2] == "PENDING" && j[3] == "JobHeldUser" && !released.contains(&j[0])
-                });
-            held.is_some()
-        });
-        let job = held.unwrap();
+        let job = s.next_held(&released);
         // The first job of `use`: its input leaves the shared cache before it starts.
         if released.len() == 1 {
             assert_contains(&job[4], " use");
