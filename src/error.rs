@@ -36,6 +36,10 @@ pub enum Error {
     /// stage, no pipeline to run); the message says what to change.
     #[error("{0}")]
     Usage(String),
+    /// A `--set` the pipeline does not accept (a param it does not declare, a value of the
+    /// wrong type); the message says which and what is accepted.
+    #[error(transparent)]
+    Set(LoadError),
     #[error("cannot read pipeline {}", path.display())]
     ReadPipeline {
         path: PathBuf,
@@ -157,7 +161,7 @@ impl From<LoadError> for Error {
         match e {
             LoadError::Invalid(d) => Error::Invalid(d),
             LoadError::Read { path, source } => Error::ReadPipeline { path, source },
-            LoadError::Usage(m) => Error::Usage(m),
+            e @ (LoadError::UnknownParam { .. } | LoadError::WrongType { .. }) => Error::Set(e),
         }
     }
 }
