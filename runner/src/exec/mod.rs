@@ -145,10 +145,9 @@ pub enum ExecError {
     },
     #[error("log task failed")]
     LogTask(#[source] tokio::task::JoinError),
-    /// The cluster driver's messages (a job that cannot be submitted or was lost); they become
-    /// variants of their own when that code is next reworked.
-    #[error("{0}")]
-    Other(String),
+    /// The cluster driver's (a job that cannot be submitted, was lost too often).
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::error::ClusterError),
 }
 
 pub trait Executor: Send + Sync {
