@@ -61,6 +61,12 @@ pub enum ClusterError {
     Task(#[source] tokio::task::JoinError),
 }
 
+impl From<ClusterError> for crate::exec::ExecError {
+    fn from(e: ClusterError) -> Self {
+        crate::exec::ExecError::Executor(Box::new(e))
+    }
+}
+
 /// How a job ended without its result: an infrastructure fault, which is resubmitted.
 #[derive(Debug, thiserror::Error)]
 pub enum JobFault {
@@ -201,4 +207,27 @@ pub enum WorkerError {
     /// A blocking task that panicked (a bug in heddle).
     #[error("a background task failed")]
     Task(#[source] tokio::task::JoinError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_give_up_reads_headline_first_through_exec_error() {
+        let e: crate::exec::ExecError = ClusterError::GaveUp {
+            cluster: "hpc".into(),
+            submissions: 2,
+            last: JobFault::Lost {
+                job: "12".into(),
+                state: "CANCELLED".into(),
+            },
+        }
+        .into();
+        assert_eq!(
+            heddle_cache::error_chain(&e),
+            "gave up after 2 job(s) on cluster hpc: job 12 ended CANCELLED without a result in \
+             the shared cache (a lost job)"
+        );
+    }
 }

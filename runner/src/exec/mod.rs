@@ -145,9 +145,11 @@ pub enum ExecError {
     },
     #[error("log task failed")]
     LogTask(#[source] tokio::task::JoinError),
-    /// The cluster driver's (a job that cannot be submitted, was lost too often).
+    /// An executor's own failure, of a kind the ones here do not have: the cluster driver's
+    /// (`cluster::error::ClusterError`: a job that cannot be submitted, lost too often).
+    /// Boxed, as `exec` sits below the executors that implement its trait elsewhere.
     #[error(transparent)]
-    Cluster(#[from] crate::cluster::error::ClusterError),
+    Executor(Box<dyn std::error::Error + Send + Sync>),
 }
 
 pub trait Executor: Send + Sync {
