@@ -285,7 +285,7 @@ impl ClusterExecutor {
                 return Err(ClusterError::GaveUp {
                     cluster: drv.cluster.name.clone(),
                     submissions,
-                    last: why,
+                    last: Box::new(why),
                 }
                 .into());
             }

@@ -49,12 +49,13 @@ pub enum ClusterError {
     /// an array).
     #[error("job {job}: {why}")]
     JobUnanswered { job: String, why: String },
+    /// Boxed: a fault is large and this the rare end.
     #[error("gave up after {submissions} job(s) on cluster {cluster}")]
     GaveUp {
         cluster: String,
         submissions: u32,
         #[source]
-        last: JobFault,
+        last: Box<JobFault>,
     },
     /// A blocking task that panicked (a bug in heddle).
     #[error("a background task failed")]
@@ -184,10 +185,12 @@ pub enum WorkerError {
         #[source]
         source: CacheError,
     },
+    /// Boxed, as large as bollard's error is.
     #[error("cannot reach this node's Docker engine")]
-    NodeEngine(#[source] heddle_containers::ContainerError),
+    NodeEngine(#[source] Box<heddle_containers::ContainerError>),
+    /// Boxed, as large as bollard's error is.
     #[error("failed to run the command")]
-    Run(#[source] crate::exec::ExecError),
+    Run(#[source] Box<crate::exec::ExecError>),
     #[error("failed to store the result")]
     StoreResult(#[source] CacheError),
     #[error("failed to upload the result to {remote}")]
@@ -218,10 +221,10 @@ mod tests {
         let e: crate::exec::ExecError = ClusterError::GaveUp {
             cluster: "hpc".into(),
             submissions: 2,
-            last: JobFault::Lost {
+            last: Box::new(JobFault::Lost {
                 job: "12".into(),
                 state: "CANCELLED".into(),
-            },
+            }),
         }
         .into();
         assert_eq!(

@@ -111,7 +111,7 @@ impl Worker {
                 Ok(engine) => Box::new(DockerExecutor {
                     engines: BTreeMap::from([(None, engine)]),
                 }),
-                Err(e) => return (End::Infra(WorkerError::NodeEngine(e)), Some(sb)),
+                Err(e) => return (End::Infra(WorkerError::NodeEngine(Box::new(e))), Some(sb)),
             },
         };
         let req = request(&desc, &sb, &logs);
@@ -122,7 +122,7 @@ impl Worker {
         let outcome = execution::run(exec.as_ref(), req, cancel, |_line| {}).await;
         let exec_outcome = match outcome {
             Ok(o) => o,
-            Err(e) => return (End::Infra(WorkerError::Run(e)), Some(sb)),
+            Err(e) => return (End::Infra(WorkerError::Run(Box::new(e))), Some(sb)),
         };
         if execution::failure(&exec_outcome, &sb, &stderr, &mask).is_some() {
             return (
