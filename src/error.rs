@@ -36,6 +36,10 @@ pub enum Error {
     /// stage, no pipeline to run); the message says what to change.
     #[error("{0}")]
     Usage(String),
+    /// A `--set` the pipeline does not accept (a param it does not declare, a value of the
+    /// wrong type); the message says which and what is accepted.
+    #[error(transparent)]
+    Set(LoadError),
     #[error("cannot read pipeline {}", path.display())]
     ReadPipeline {
         path: PathBuf,
@@ -124,8 +128,9 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
-    #[error("failed to draw the report: {0}")]
-    DrawReport(String),
+    /// A report stage's plot that cannot be drawn: the stage's fault.
+    #[error("failed to draw the report")]
+    DrawReport(#[source] heddle_report::html::HtmlError),
     /// A logbook entry whose pipeline cannot be rerun here (an image or engine missing, a
     /// pipeline that no longer loads): says which entry before the cause.
     #[error("cannot verify {}: its pipeline {pipeline_file} cannot run here", entry.display())]
@@ -135,6 +140,9 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    /// `heddle cache keygen` could not make or write this machine's signing key.
+    #[error(transparent)]
+    SigningKey(#[from] heddle_remote::KeyError),
     /// `heddle trust` could not record (or forget) a trust.
     #[error(transparent)]
     Trust(#[from] crate::trust::TrustError),
@@ -157,7 +165,7 @@ impl From<LoadError> for Error {
         match e {
             LoadError::Invalid(d) => Error::Invalid(d),
             LoadError::Read { path, source } => Error::ReadPipeline { path, source },
-            LoadError::Usage(m) => Error::Usage(m),
+            e @ (LoadError::UnknownParam { .. } | LoadError::WrongType { .. }) => Error::Set(e),
         }
     }
 }
@@ -283,11 +291,14 @@ mod tests {
         let e = Error::CannotVerify {
             entry: "e.md".into(),
             pipeline_file: "p.toml".into(),
-            source: Box::new(Error::DrawReport("no axes".into())),
+            source: Box::new(Error::DrawReport(heddle_report::html::HtmlError::Plot {
+                title: "loss".into(),
+                message: "no axes".into(),
+            })),
         };
         assert_eq!(
             render(&e),
-            "error: cannot verify e.md: its pipeline p.toml cannot run here\n  caused by: failed to draw the report: no axes"
+            "error: cannot verify e.md: its pipeline p.toml cannot run here\n  caused by: failed to draw the report\n  caused by: failed to draw the plot `loss`: no axes"
         );
         assert_eq!(e.exit_code(), EXIT_STAGE_FAILED);
     }

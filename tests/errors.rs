@@ -149,7 +149,7 @@ fn an_unreachable_host_is_named_with_its_file_and_line() {
     .trust();
     assert_eq!(
         user_error(&p, &["run", "p.toml", "--progress", "plain"]),
-        "error: cannot reach host `gpubox` (defined at [PROJECT]/.heddle/hosts.toml:2:8)\n  caused by: cannot reach the Docker Engine at tcp://127.0.0.1:1: connection refused — is the daemon running and listening at that address?\n"
+        "error: cannot reach host `gpubox` (defined at [PROJECT]/.heddle/hosts.toml:2:8)\n  caused by: cannot reach the Docker Engine at tcp://127.0.0.1:1\n  caused by: connection refused — is the daemon running and listening at that address?\n"
     );
 }
 

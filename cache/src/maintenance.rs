@@ -15,8 +15,19 @@ use crate::{
 /// are left alone: another process may be about to rename or reference them.
 const GRACE: Duration = Duration::from_secs(3600);
 
-/// An action entry file and its parse result (the reason when it is bad).
-type ActionFile = (PathBuf, Result<ActionEntry, String>);
+/// An action entry file and its parse result.
+type ActionFile = (PathBuf, Result<ActionEntry, BadActionFile>);
+
+/// Why an action entry file is not one; its text is [`BadEntry::BadAction`]'s reason.
+#[derive(Debug, thiserror::Error)]
+enum BadActionFile {
+    #[error("{0}")]
+    Read(std::io::Error),
+    #[error("{0}")]
+    Parse(serde_json::Error),
+    #[error("entry key {key} does not match its file name")]
+    WrongName { key: Digest },
+}
 
 fn age(meta: &fs::Metadata) -> Duration {
     #[cfg(unix)]
@@ -85,15 +96,15 @@ impl Store {
             }
             for p in read_dir_sorted(&shard)? {
                 let parsed = fs::read(&p)
-                    .map_err(|e| e.to_string())
+                    .map_err(BadActionFile::Read)
                     .and_then(|b| {
-                        serde_json::from_slice::<ActionEntry>(&b).map_err(|e| e.to_string())
+                        serde_json::from_slice::<ActionEntry>(&b).map_err(BadActionFile::Parse)
                     })
                     .and_then(|e| {
                         if self.action_path(&e.key) == p {
                             Ok(e)
                         } else {
-                            Err(format!("entry key {} does not match its file name", e.key))
+                            Err(BadActionFile::WrongName { key: e.key })
                         }
                     });
                 out.push((p, parsed));
@@ -239,8 +250,9 @@ impl Store {
             report.actions_checked += 1;
             let entry = match parsed {
                 Ok(e) => e,
-                Err(reason) => {
+                Err(bad) => {
                     let _ = remove_any(&p);
+                    let reason = bad.to_string();
                     report.bad.push(BadEntry::BadAction { path: p, reason });
                     continue;
                 }

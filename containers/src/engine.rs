@@ -12,7 +12,7 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 
-use crate::error::ContainerError;
+use crate::error::{ContainerError, Unreachable};
 use crate::spec::{ImageIdentity, PullPolicy};
 
 /// The label every container heddle creates carries; `heddle gc --containers` keys on it.
@@ -60,19 +60,15 @@ impl Engine {
             Some(h) => h.to_string(),
             None => default_host(),
         };
-        let unreachable = |reason: String, hint: &'static str| ContainerError::EngineUnreachable {
+        let unreachable = |cause: Unreachable| ContainerError::EngineUnreachable {
             host: host.clone(),
-            reason,
-            hint,
+            cause,
         };
         let docker = match (docker_host, tls) {
             (Some(h), Some(t)) => {
                 for f in [&t.ca, &t.cert, &t.key] {
                     if !f.is_file() {
-                        return Err(unreachable(
-                            format!("TLS file {} does not exist", f.display()),
-                            "check the host's `tls = { ca, cert, key }` paths",
-                        ));
+                        return Err(unreachable(Unreachable::MissingTlsFile { path: f.clone() }));
                     }
                 }
                 Docker::connect_with_ssl(
@@ -88,28 +84,16 @@ impl Engine {
             (None, _) => Docker::connect_with_defaults(),
         }
         .map_err(|e| match e {
-            // bollard checks a unix socket exists before any request.
-            BollardError::SocketNotFoundError(path) => unreachable(
-                format!("socket {path} does not exist"),
-                hint_for("no such file"),
-            ),
-            e => unreachable(
-                root_cause(&e),
-                "use unix:///path/to/docker.sock, tcp://host:port, ssh://user@host or npipe:////./pipe/name",
-            ),
+            BollardError::SocketNotFoundError(path) => unreachable(Unreachable::NoSocket { path }),
+            e => unreachable(Unreachable::Address(e)),
         })?;
         let docker = match tokio::time::timeout(CONNECT_TIMEOUT, docker.negotiate_version()).await {
             Ok(Ok(docker)) => docker,
-            Ok(Err(e)) => {
-                let reason = root_cause(&e);
-                let hint = hint_for(&reason);
-                return Err(unreachable(reason, hint));
-            }
+            Ok(Err(e)) => return Err(unreachable(Unreachable::Request(e))),
             Err(_) => {
-                return Err(unreachable(
-                    format!("no answer within {}s", CONNECT_TIMEOUT.as_secs()),
-                    "is the daemon running and is DOCKER_HOST right?",
-                ))
+                return Err(unreachable(Unreachable::Timeout {
+                    waited: CONNECT_TIMEOUT,
+                }))
             }
         };
         Ok(Engine { docker, host })
@@ -379,32 +363,6 @@ fn default_host() -> String {
 
 /// The innermost cause, which is the one a user can act on ("permission denied",
 /// "connection refused"), rather than bollard's "error in the hyper legacy client".
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cause = e;
-    while let Some(next) = cause.source() {
-        cause = next;
-    }
-    let text = cause.to_string();
-    // io::Error's Display appends "(os error N)"; the number helps nobody here.
-    match text.rfind(" (os error ") {
-        Some(i) => text[..i].to_lowercase(),
-        None => text,
-    }
-}
-
-fn hint_for(reason: &str) -> &'static str {
-    let reason = reason.to_lowercase();
-    if reason.contains("permission denied") || reason.contains("access is denied") {
-        "is your user in the docker group (or allowed to open the socket)?"
-    } else if reason.contains("no such file") || reason.contains("cannot find the file") {
-        "is the daemon running? set DOCKER_HOST or the stage's docker_host if it listens elsewhere"
-    } else if reason.contains("refused") {
-        "is the daemon running and listening at that address?"
-    } else {
-        "is the daemon running and is DOCKER_HOST right?"
-    }
-}
-
 /// `repo[:tag]` or `repo@digest` → (name, tag-or-digest), defaulting the tag to `latest`.
 /// The tag separator is a `:` after the last `/`, so `localhost:5000/img` keeps its port.
 pub(crate) fn split_reference(reference: &str) -> (&str, &str) {
@@ -441,11 +399,5 @@ mod tests {
             split_reference("ghcr.io/x/y@sha256:abc"),
             ("ghcr.io/x/y", "sha256:abc")
         );
-    }
-
-    #[test]
-    fn hints_follow_the_cause() {
-        assert!(hint_for("permission denied").contains("docker group"));
-        assert!(hint_for("No such file or directory").contains("daemon running"));
     }
 }

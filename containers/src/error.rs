@@ -9,12 +9,13 @@ use std::path::PathBuf;
 /// "caused by" lines.
 #[derive(Debug, thiserror::Error)]
 pub enum ContainerError {
-    /// The engine did not answer the version negotiation / ping.
-    #[error("cannot reach the Docker Engine at {host}: {reason} — {hint}")]
+    /// The engine did not answer the version negotiation / ping; the cause says why and what
+    /// to check.
+    #[error("cannot reach the Docker Engine at {host}")]
     EngineUnreachable {
         host: String,
-        reason: String,
-        hint: &'static str,
+        #[source]
+        cause: Unreachable,
     },
 
     /// The image is not present locally and the pull policy forbids pulling it.
@@ -54,9 +55,13 @@ pub enum ContainerError {
         source: bollard::errors::Error,
     },
 
-    /// The spec itself is malformed (a bad device string, an empty command, ...).
-    #[error("invalid container spec for image {image}: {reason}")]
-    InvalidSpec { image: String, reason: String },
+    /// The spec itself is malformed (a bad device string, a limit out of range, ...).
+    #[error("invalid container spec for image {image}")]
+    InvalidSpec {
+        image: String,
+        #[source]
+        problem: SpecError,
+    },
 
     #[error("failed to create a container from image {image}")]
     Create {
@@ -161,9 +166,121 @@ pub enum ContainerError {
     },
 }
 
+/// Why the Docker Engine could not be reached, with what to check.
+///
+/// A failed request keeps bollard's error but prints only its innermost cause ("connection
+/// refused", "permission denied"): the links between (bollard's, hyper's client and connector
+/// errors) say nothing a user can act on. So it is not a `source()`, and nothing prints twice.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreachable {
+    #[error("TLS file {} does not exist — check the host's `tls = {{ ca, cert, key }}` paths", path.display())]
+    MissingTlsFile { path: PathBuf },
+    /// bollard checks that a unix socket exists before any request.
+    #[error("socket {path} does not exist — {}", hint_for("no such file"))]
+    NoSocket { path: String },
+    /// bollard could not make a client for the address.
+    #[error(
+        "{} — use unix:///path/to/docker.sock, tcp://host:port, ssh://user@host or npipe:////./pipe/name",
+        root_cause(.0)
+    )]
+    Address(bollard::errors::Error),
+    /// The version negotiation (the first request) failed.
+    #[error("{} — {}", root_cause(.0), hint_for(&root_cause(.0)))]
+    Request(bollard::errors::Error),
+    #[error("no answer within {}s — is the daemon running and is DOCKER_HOST right?", waited.as_secs())]
+    Timeout { waited: std::time::Duration },
+}
+
+/// The innermost cause's text, without io::Error's "(os error N)", which helps nobody here.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    let text = cause.to_string();
+    match text.rfind(" (os error ") {
+        Some(i) => text[..i].to_lowercase(),
+        None => text,
+    }
+}
+
+fn hint_for(reason: &str) -> &'static str {
+    let reason = reason.to_lowercase();
+    if reason.contains("permission denied") || reason.contains("access is denied") {
+        "is your user in the docker group (or allowed to open the socket)?"
+    } else if reason.contains("no such file") || reason.contains("cannot find the file") {
+        "is the daemon running? set DOCKER_HOST or the stage's docker_host if it listens elsewhere"
+    } else if reason.contains("refused") {
+        "is the daemon running and listening at that address?"
+    } else {
+        "is the daemon running and is DOCKER_HOST right?"
+    }
+}
+
+/// What makes a [`crate::ContainerSpec`] one the engine would misread.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SpecError {
+    #[error("no image given")]
+    NoImage,
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error("{what} of {bytes} bytes is too large")]
+    TooLarge { what: &'static str, bytes: u64 },
+    #[error("cpus must be a positive number, not {cpus}")]
+    Cpus { cpus: f64 },
+}
+
+/// A device string that [`crate::parse_device`] could not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid device {input:?}: {problem}")]
+pub struct DeviceError {
+    pub input: String,
+    pub problem: DeviceProblem,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceProblem {
+    #[error("expected HOST[:CONTAINER][:PERMISSIONS]")]
+    Shape,
+    #[error("empty path")]
+    EmptyPath,
+    #[error("permissions must be a combination of r, w and m")]
+    Permissions,
+    #[error("the container path must be absolute")]
+    RelativeContainerPath,
+}
+
 /// A size string that [`crate::parse_size`] could not read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid size {input:?}: expected a number of bytes with an optional unit b, k, m, g or t (e.g. \"512m\", \"2g\")")]
 pub struct SizeError {
     pub input: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hints_follow_the_cause() {
+        assert!(hint_for("permission denied").contains("docker group"));
+        assert!(hint_for("No such file or directory").contains("daemon running"));
+    }
+
+    #[test]
+    fn the_cause_reads_as_one_line_after_the_headline() {
+        let e = ContainerError::EngineUnreachable {
+            host: "unix:///x.sock".into(),
+            cause: Unreachable::NoSocket {
+                path: "/x.sock".into(),
+            },
+        };
+        let cause = std::error::Error::source(&e).unwrap();
+        assert_eq!(
+            format!("{e}: {cause}"),
+            "cannot reach the Docker Engine at unix:///x.sock: socket /x.sock does not exist — is \
+             the daemon running? set DOCKER_HOST or the stage's docker_host if it listens elsewhere"
+        );
+        assert!(cause.source().is_none());
+    }
 }

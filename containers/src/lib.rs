@@ -26,7 +26,7 @@ mod unit_lock;
 
 pub use archive::Copy;
 pub use engine::{Engine, TlsFiles, MANAGED_LABEL};
-pub use error::{ContainerError, SizeError};
+pub use error::{ContainerError, DeviceError, DeviceProblem, SizeError, SpecError, Unreachable};
 pub use mask::{Mask, MaskStream, MASKED};
 pub use spec::{
     parse_device, parse_size, ContainerOutcome, ContainerSpec, DeviceMapping, GpuRequest,

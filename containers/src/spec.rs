@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::SizeError;
+use crate::error::{DeviceError, DeviceProblem, SizeError};
 
 /// When `resolve_image` may pull from a registry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -253,34 +253,30 @@ pub struct DeviceMapping {
 
 /// Parse `"/dev/x"`, `"/dev/x:/dev/y"`, `"/dev/x:rw"` or `"/dev/x:/dev/y:rwm"` the way
 /// `docker run --device` does; permissions default to `rwm`.
-pub fn parse_device(input: &str) -> Result<DeviceMapping, String> {
+pub fn parse_device(input: &str) -> Result<DeviceMapping, DeviceError> {
     fn valid_permissions(p: &str) -> bool {
         !p.is_empty() && p.len() <= 3 && p.chars().all(|c| matches!(c, 'r' | 'w' | 'm'))
     }
+    let err = |problem| DeviceError {
+        input: input.to_string(),
+        problem,
+    };
     let parts: Vec<&str> = input.split(':').collect();
     let (host, container, permissions) = match parts.as_slice() {
         [host] => (*host, *host, "rwm"),
         [host, perms] if valid_permissions(perms) => (*host, *host, *perms),
         [host, container] => (*host, *container, "rwm"),
         [host, container, perms] => (*host, *container, *perms),
-        _ => {
-            return Err(format!(
-                "invalid device {input:?}: expected HOST[:CONTAINER][:PERMISSIONS]"
-            ))
-        }
+        _ => return Err(err(DeviceProblem::Shape)),
     };
     if host.is_empty() || container.is_empty() {
-        return Err(format!("invalid device {input:?}: empty path"));
+        return Err(err(DeviceProblem::EmptyPath));
     }
     if !valid_permissions(permissions) {
-        return Err(format!(
-            "invalid device {input:?}: permissions must be a combination of r, w and m"
-        ));
+        return Err(err(DeviceProblem::Permissions));
     }
     if !container.starts_with('/') {
-        return Err(format!(
-            "invalid device {input:?}: the container path must be absolute"
-        ));
+        return Err(err(DeviceProblem::RelativeContainerPath));
     }
     Ok(DeviceMapping {
         host: host.to_string(),
@@ -338,7 +334,10 @@ mod tests {
             ("/dev/y", "rw")
         );
         assert!(parse_device("/dev/x:/dev/y:rwx").is_err());
-        assert!(parse_device("/dev/x:y").is_err());
+        assert_eq!(
+            parse_device("/dev/x:y").unwrap_err().to_string(),
+            "invalid device \"/dev/x:y\": the container path must be absolute"
+        );
         assert!(parse_device("a:b:c:d").is_err());
     }
 

@@ -431,7 +431,9 @@ async fn unreachable_engine_says_what_to_fix() {
             matches!(err, ContainerError::EngineUnreachable { .. }),
             "{err:?}"
         );
-        let message = err.to_string();
+        // The headline and its one cause, as a record's one-line error joins them.
+        let reason = std::error::Error::source(&err).expect("a cause");
+        let message = format!("{err}: {reason}");
         let headline = format!("cannot reach the Docker Engine at {host}: ");
         assert!(message.starts_with(&headline), "{message}");
         assert!(message.contains(cause), "{message}");

@@ -114,7 +114,8 @@ pub use reapi::{
 pub use remote_cache::{PushOutcome, RemoteCache};
 pub use signing::{
     signed_bytes, signed_entry_json, signing_key_path, user_config_dir, BadSignature,
-    EntrySignature, KeyError, SigningKey, WriterKey, SIGNATURE_SCHEME, SIGNING_KEY_VAR,
+    EntrySignature, KeyError, SigningKey, WriterKey, WriterKeyError, SIGNATURE_SCHEME,
+    SIGNING_KEY_VAR,
 };
 pub use tls_files::{ClientCertFiles, TlsFiles, CA_FILE_VAR, CLIENT_CERT_VAR, CLIENT_KEY_VAR};
 pub use trust::{trust_files, TrustFileError, TrustedWriters, Untrusted, Writer, TRUST_FILE};

@@ -67,19 +67,27 @@ impl fmt::Debug for WriterKey {
     }
 }
 
-impl FromStr for WriterKey {
-    type Err = &'static str;
+/// Why a text is not a [`WriterKey`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WriterKeyError {
+    #[error("expected ed25519:<64 hex characters>")]
+    Form,
+    #[error("not an ed25519 public key")]
+    NotEd25519,
+}
 
-    fn from_str(s: &str) -> Result<WriterKey, &'static str> {
-        const WANT: &str = "expected ed25519:<64 hex characters>";
-        let hex = s.strip_prefix(PUBLIC_PREFIX).ok_or(WANT)?;
+impl FromStr for WriterKey {
+    type Err = WriterKeyError;
+
+    fn from_str(s: &str) -> Result<WriterKey, WriterKeyError> {
+        let hex = s.strip_prefix(PUBLIC_PREFIX).ok_or(WriterKeyError::Form)?;
         let bytes: [u8; 32] = hex::decode(hex)
             .ok()
             .and_then(|b| b.try_into().ok())
-            .ok_or(WANT)?;
+            .ok_or(WriterKeyError::Form)?;
         ed25519_dalek::VerifyingKey::from_bytes(&bytes)
             .map(WriterKey)
-            .map_err(|_| "not an ed25519 public key")
+            .map_err(|_| WriterKeyError::NotEd25519)
     }
 }
 
@@ -99,7 +107,7 @@ pub struct EntrySignature {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BadSignature {
     Scheme(String),
-    Key(String),
+    Key(WriterKeyError),
     Encoding,
     Mismatch,
 }
@@ -125,10 +133,7 @@ impl EntrySignature {
         if self.scheme != SIGNATURE_SCHEME {
             return Err(BadSignature::Scheme(self.scheme.clone()));
         }
-        let key: WriterKey = self
-            .key
-            .parse()
-            .map_err(|why: &str| BadSignature::Key(why.to_string()))?;
+        let key: WriterKey = self.key.parse().map_err(BadSignature::Key)?;
         let sig: [u8; 64] = hex::decode(&self.sig)
             .ok()
             .and_then(|b| b.try_into().ok())

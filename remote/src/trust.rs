@@ -172,7 +172,7 @@ fn parse(
             reason,
         };
         let (key, name) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
-        let key: WriterKey = key.parse().map_err(|why: &str| {
+        let key: WriterKey = key.parse().map_err(|why: crate::signing::WriterKeyError| {
             err(
                 col,
                 format!("{why}, then the writer's name (as `heddle cache keygen` prints)"),

@@ -313,7 +313,7 @@ async fn resolve_images(
                         engines.insert(host.clone(), e);
                     }
                     Err(e) if !opts.strict_images => {
-                        unresolved.insert(image.clone(), e.to_string());
+                        unresolved.insert(image.clone(), heddle_cache::error_chain(&e));
                         continue;
                     }
                     Err(source) => {

@@ -51,8 +51,8 @@ pub fn keygen(name: Option<&str>, force: bool) -> Result<i32, Error> {
             source,
         })?;
     }
-    let key = SigningKey::generate().map_err(heddle_remote_key_error)?;
-    key.write_new(&path).map_err(heddle_remote_key_error)?;
+    let key = SigningKey::generate()?;
+    key.write_new(&path)?;
     println!(
         "wrote the signing key {} (readable by you only; keep it secret)",
         path.display()
@@ -62,10 +62,6 @@ pub fn keygen(name: Option<&str>, force: bool) -> Result<i32, Error> {
     );
     println!("{} {name}", key.public());
     Ok(EXIT_OK)
-}
-
-fn heddle_remote_key_error(e: heddle_remote::KeyError) -> Error {
-    Error::Usage(heddle_cache::error_chain(&e))
 }
 
 /// Check the remote's entry for every action this project's lock files and run records name:

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use heddle_cache::error_chain;
 use heddle_runner::lock::{self, LockFile};
 use heddle_runner::prepare::Context;
 use heddle_runner::preview::{preview, CacheHistory, PlanRow};
@@ -127,7 +128,7 @@ fn print_json(
                 Some(serde_json::json!({"host": host, "pool": h.pool, "unit": h.unit, "pid": h.pid, "hostname": h.hostname, "run": h.run, "instance": h.instance, "since_unix": h.since_unix, "running": l.running}))
             })),
             HostLocks::Unreachable(why) => {
-                unreachable.push(serde_json::json!({"host": host, "reason": why}))
+                unreachable.push(serde_json::json!({"host": host, "reason": error_chain(why)}))
             }
         }
     }
@@ -166,7 +167,10 @@ fn print_text(
                 }
             }
             HostLocks::Unreachable(why) => {
-                say!("unknown  units on host {host}: unreachable ({why})")
+                say!(
+                    "unknown  units on host {host}: unreachable ({})",
+                    error_chain(why)
+                )
             }
         }
     }

@@ -32,7 +32,7 @@ pub fn report(s: &Session, a: &ReportArgs) -> Result<i32, Error> {
         plots: &p,
         lock_hash: lock.as_deref(),
     })
-    .map_err(|e| Error::DrawReport(e.to_string()))?;
+    .map_err(Error::DrawReport)?;
     write_file(&a.output, page)?;
     say!(
         "wrote {} ({} tables, {} plots)",

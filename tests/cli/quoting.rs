@@ -155,7 +155,7 @@ fn verify_shows_its_params_and_refuses_ones_the_pipeline_would_not_take() {
     let runs_before = std::fs::read_dir(p.path(".heddle/runs")).unwrap().count();
     for (params, cause) in [
         ("{\"nope\":1}", "the pipeline has no param `nope`"),
-        ("{\"n\":\"2; touch pwned-a\"}", "param `n` is a int"),
+        ("{\"n\":\"2; touch pwned-a\"}", "param `n` is an int"),
     ] {
         p.file("e.md", &entry.replace("{\"n\":2,\"x\":\"hi\"}", params));
         let v = p.heddle(&["logbook", "verify", "e.md"]).code(2);

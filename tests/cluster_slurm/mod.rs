@@ -317,9 +317,12 @@ fn a_job_cancelled_from_outside_is_retried_once_then_reported() {
     let err = used["status"]["error"].as_str().unwrap();
     assert_contains(
         err,
-        "without a result in the shared cache (a lost job); gave up after 2 job(s) on cluster hpc",
+        &format!(
+            "gave up after 2 job(s) on cluster hpc: job {} ended CANCELLED without a result in \
+             the shared cache (a lost job)",
+            acted[3]
+        ),
     );
-    assert_contains(err, &format!("job {} ended CANCELLED", acted[3]));
 }
 
 /// Processes started for this cluster (their environment names its `SLURM_CONF`) other than

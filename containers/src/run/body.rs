@@ -10,12 +10,13 @@ use bollard::models::{
 };
 
 use crate::engine::MANAGED_LABEL;
-use crate::error::ContainerError;
+use crate::error::DeviceError;
+use crate::error::{ContainerError, SpecError};
 use crate::spec::{parse_device, ContainerSpec, GpuRequest};
 
 pub(super) fn create_body(spec: &ContainerSpec) -> Result<ContainerCreateBody, ContainerError> {
     if spec.image.is_empty() {
-        return Err(invalid(spec, "no image given".to_string()));
+        return Err(invalid(spec, SpecError::NoImage));
     }
     Ok(ContainerCreateBody {
         image: Some(spec.image.clone()),
@@ -33,10 +34,10 @@ pub(super) fn create_body(spec: &ContainerSpec) -> Result<ContainerCreateBody, C
     })
 }
 
-fn invalid(spec: &ContainerSpec, reason: String) -> ContainerError {
+fn invalid(spec: &ContainerSpec, problem: SpecError) -> ContainerError {
     ContainerError::InvalidSpec {
         image: spec.image.clone(),
-        reason,
+        problem,
     }
 }
 
@@ -53,18 +54,15 @@ fn labels(spec: &ContainerSpec) -> HashMap<String, String> {
 
 fn host_config(spec: &ContainerSpec) -> Result<HostConfig, ContainerError> {
     let mounts = mounts(spec);
-    let devices = devices(spec).map_err(|reason| invalid(spec, reason))?;
-    let to_i64 = |what: &str, v: u64| {
-        i64::try_from(v).map_err(|_| invalid(spec, format!("{what} of {v} bytes is too large")))
+    let devices = devices(spec).map_err(|e| invalid(spec, e.into()))?;
+    let to_i64 = |what: &'static str, bytes: u64| {
+        i64::try_from(bytes).map_err(|_| invalid(spec, SpecError::TooLarge { what, bytes }))
     };
     let memory = spec.memory.map(|m| to_i64("memory", m)).transpose()?;
     let shm_size = spec.shm_size.map(|m| to_i64("shm_size", m)).transpose()?;
     let nano_cpus = match spec.cpus {
         Some(c) if !(c.is_finite() && c > 0.0) => {
-            return Err(invalid(
-                spec,
-                format!("cpus must be a positive number, not {c}"),
-            ))
+            return Err(invalid(spec, SpecError::Cpus { cpus: c }))
         }
         Some(c) => Some((c * 1e9).round() as i64),
         None => None,
@@ -100,7 +98,7 @@ fn mounts(spec: &ContainerSpec) -> Vec<EngineMount> {
         .collect()
 }
 
-fn devices(spec: &ContainerSpec) -> Result<Vec<EngineDevice>, String> {
+fn devices(spec: &ContainerSpec) -> Result<Vec<EngineDevice>, DeviceError> {
     spec.devices
         .iter()
         .map(|d| {

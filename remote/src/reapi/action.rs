@@ -95,31 +95,54 @@ pub(super) struct StoredEntry {
     pub blobs: Vec<(Digest, u64)>,
 }
 
-/// Read back an ActionResult; `Err(reason)` when it is not one heddle wrote.
-pub(super) fn stored_entry(result: re::ActionResult) -> Result<StoredEntry, String> {
+/// Why an ActionResult is not one heddle wrote; its text is [`RemoteError::BadEntry`]'s
+/// reason.
+///
+/// [`RemoteError::BadEntry`]: crate::RemoteError::BadEntry
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum ForeignResult {
+    #[error("output {path} has no digest")]
+    NoDigest { path: String },
+    #[error("output {path} has digest {hash:?}")]
+    BadDigest { path: String, hash: String },
+    #[error("output {path} has size {size}")]
+    BadSize { path: String, size: i64 },
+    #[error("output {path} has digest {hash}")]
+    WrongBlob { path: String, hash: Digest },
+    #[error("it has no {}: not an action entry heddle wrote", ENTRY_PATH)]
+    NoEntry,
+}
+
+/// Read back an ActionResult heddle wrote.
+pub(super) fn stored_entry(result: re::ActionResult) -> Result<StoredEntry, ForeignResult> {
     let mut entry = None;
     let mut blobs = Vec::new();
     for f in result.output_files {
-        let digest = f
-            .digest
-            .ok_or_else(|| format!("output {} has no digest", f.path))?;
-        let hash: Digest = digest
-            .hash
-            .parse()
-            .map_err(|_| format!("output {} has digest {:?}", f.path, digest.hash))?;
-        let size = u64::try_from(digest.size_bytes)
-            .map_err(|_| format!("output {} has size {}", f.path, digest.size_bytes))?;
+        let Some(digest) = f.digest else {
+            return Err(ForeignResult::NoDigest { path: f.path });
+        };
+        let Ok(hash) = digest.hash.parse::<Digest>() else {
+            return Err(ForeignResult::BadDigest {
+                path: f.path,
+                hash: digest.hash,
+            });
+        };
+        let Ok(size) = u64::try_from(digest.size_bytes) else {
+            return Err(ForeignResult::BadSize {
+                path: f.path,
+                size: digest.size_bytes,
+            });
+        };
         if f.path == ENTRY_PATH {
             entry = Some(((hash, size), f.contents));
         } else if let Some(named) = f.path.strip_prefix(BLOB_PREFIX) {
             if named != hash.to_hex() {
-                return Err(format!("output {} has digest {hash}", f.path));
+                return Err(ForeignResult::WrongBlob { path: f.path, hash });
             }
             blobs.push((hash, size));
         }
     }
-    let (entry, inline) =
-        entry.ok_or_else(|| format!("it has no {ENTRY_PATH}: not an action entry heddle wrote"))?;
+    let (entry, inline) = entry.ok_or(ForeignResult::NoEntry)?;
     Ok(StoredEntry {
         entry,
         inline,
@@ -171,14 +194,13 @@ mod tests {
 
         let mut foreign = result.clone();
         foreign.output_files.remove(0);
-        assert!(stored_entry(foreign)
-            .unwrap_err()
-            .contains("not an action entry heddle wrote"));
+        assert_eq!(stored_entry(foreign), Err(ForeignResult::NoEntry));
 
         let mut lying = result;
         lying.output_files[1].digest = Some(reapi_digest(Digest::of_bytes(b"z"), 1));
         assert!(stored_entry(lying)
             .unwrap_err()
+            .to_string()
             .starts_with("output heddle/blobs/"));
     }
 }

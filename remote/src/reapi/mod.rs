@@ -317,7 +317,7 @@ impl RemoteBackend for ReapiCache {
                 remote: self.endpoint.name.clone(),
                 reason,
             };
-            let stored = stored_entry(result).map_err(bad)?;
+            let stored = stored_entry(result).map_err(|e| bad(e.to_string()))?;
             let (digest, size) = stored.entry;
             if size > MAX_ENTRY_BYTES {
                 return Err(bad(format!(

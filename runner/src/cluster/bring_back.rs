@@ -10,10 +10,11 @@ use std::path::Path;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use heddle_cache::{error_chain, ActionEntry, Digest, OutputEntry, Store};
+use heddle_cache::{ActionEntry, Digest, OutputEntry, Store};
 
 use super::description::{self as d, Outcome};
 use super::engine::JobState;
+use super::error::JobFault;
 use crate::exec::{ExecOutcome, ExecRequest};
 use crate::shared_cache::SharedCache;
 
@@ -39,7 +40,7 @@ pub(super) enum Back {
     Done(ExecOutcome),
     /// The command exited 0 on the node and what it left was refused there.
     Refused(crate::record::ErrorClass, String),
-    Infra(String),
+    Infra(JobFault),
 }
 
 impl Return<'_> {
@@ -48,12 +49,11 @@ impl Return<'_> {
     pub(super) async fn bring_back(&self, req: &ExecRequest, id: &str, ended: &JobState) -> Back {
         let key = self.key;
         let okey = d::outcome_key(&key, &self.tag);
-        let unreachable = |e: crate::shared_cache::SharedCacheError| {
-            Back::Infra(format!(
-                "the shared cache {} failed: {}",
-                self.shared.describe(),
-                e.message
-            ))
+        let unreachable = |source| {
+            Back::Infra(JobFault::SharedCache {
+                remote: self.shared.describe(),
+                source,
+            })
         };
         let outcome_names = d::outcome_outputs(self.outputs.keys());
         let outcome = match d::fetch_allowing(self.shared, &okey, &outcome_names).await {
@@ -91,20 +91,19 @@ impl Return<'_> {
             JobState::Ended { state, .. } => state.clone(),
             _ => "out of the queue".to_string(),
         };
+        let job = id.to_string();
         let Some((o, entry)) = outcome else {
-            return Back::Infra(format!(
-                "job {id} ended {state} without a result in the shared cache (a lost job)"
-            ));
+            return Back::Infra(JobFault::Lost { job, state });
         };
         if let Some(why) = o.infra {
-            return Back::Infra(format!("job {id} ({state}): {why}"));
+            return Back::Infra(JobFault::Worker { job, state, why });
         }
         let Some(exec) = &o.exec else {
-            return Back::Infra(format!("job {id} ({state}) reported no end"));
+            return Back::Infra(JobFault::NoEnd { job, state });
         };
         let exec = ExecOutcome::from(exec);
         if exec == ExecOutcome::Cancelled {
-            return Back::Infra(format!("job {id} was stopped ({state})"));
+            return Back::Infra(JobFault::Stopped { job, state });
         }
         if let (ExecOutcome::Exited(0), Some(message)) = (&exec, o.collect_error) {
             // The logs and error file still come back, for the record's stderr tail.
@@ -125,20 +124,20 @@ impl Return<'_> {
         }
     }
 
-    fn read_outcome(&self, okey: Digest) -> Result<(Outcome, ActionEntry), String> {
+    fn read_outcome(&self, okey: Digest) -> Result<(Outcome, ActionEntry), JobFault> {
         let entry = self
             .store
             .lookup_action(&okey)
-            .map_err(|e| error_chain(&e))?
-            .ok_or("the outcome entry vanished from the local store")?;
+            .map_err(|source| JobFault::OutcomeLookup { key: okey, source })?
+            .ok_or(JobFault::OutcomeVanished)?;
         let file = entry
             .outputs
             .get(d::OUTCOME_FILE)
-            .ok_or("the outcome entry has no outcome.json")?;
-        let bytes = std::fs::read(self.store.blob_path(&file.digest()))
-            .map_err(|e| format!("failed to read the outcome: {e}"))?;
-        let o: Outcome = serde_json::from_slice(&bytes)
-            .map_err(|e| format!("the worker's outcome is not readable: {e}"))?;
+            .ok_or(JobFault::OutcomeNoFile)?;
+        let path = self.store.blob_path(&file.digest());
+        let bytes =
+            std::fs::read(&path).map_err(|source| JobFault::OutcomeRead { path, source })?;
+        let o: Outcome = serde_json::from_slice(&bytes).map_err(JobFault::OutcomeParse)?;
         Ok((o, entry))
     }
 
@@ -150,13 +149,21 @@ impl Return<'_> {
         key: Digest,
         outcome: Option<&ActionEntry>,
         outputs_from_outcome: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), JobFault> {
         let store = self.store;
-        let put = |entry: &OutputEntry, dest: &Path| -> Result<(), String> {
+        let put = |entry: &OutputEntry, dest: &Path| -> Result<(), JobFault> {
             if let Some(parent) = dest.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+                std::fs::create_dir_all(parent).map_err(|source| JobFault::RestoreDir {
+                    dir: parent.to_path_buf(),
+                    source,
+                })?;
             }
-            store.materialize(entry, dest).map_err(|e| error_chain(&e))
+            store
+                .materialize(entry, dest)
+                .map_err(|source| JobFault::Restore {
+                    dest: dest.to_path_buf(),
+                    source,
+                })
         };
         if let Some(o) = outcome {
             for (name, dest) in [
@@ -185,7 +192,7 @@ impl Return<'_> {
         } else {
             store
                 .lookup_action(&key)
-                .map_err(|e| error_chain(&e))?
+                .map_err(|source| JobFault::ActionLookup { key, source })?
                 .map(|e| e.outputs)
                 .unwrap_or_default()
         };

@@ -23,6 +23,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::bring_back::{Back, Return};
 use super::description::{self as d, ContainerDesc, Description, EntryDesc, GpusDesc};
 use super::engine::{Engine, EngineError, JobState, Submission};
+use super::error::ClusterError;
 use super::kube_api::Kubernetes;
 use super::poll::Poller;
 use super::slurm::Slurm;
@@ -223,11 +224,11 @@ impl ClusterExecutor {
         if self.job.container && matches!(drv.cluster.kind, ClusterKind::Kubernetes(_)) {
             // The pod runs the cluster's `image`; a stage's own image would need the worker
             // to run a container inside the pod, which is not built.
-            return Err(ExecError::Other(format!(
-                "cluster {} (kubernetes) runs host stages only, in its `image`; {} names a \
-                 container image",
-                drv.cluster.name, self.job.label
-            )));
+            return Err(ClusterError::KubernetesContainer {
+                cluster: drv.cluster.name.clone(),
+                label: self.job.label.clone(),
+            }
+            .into());
         }
         let desc = self.describe(&req);
         // Stored once (hashing `in/` is the costly part); pushed with each submission, which
@@ -248,10 +249,8 @@ impl ClusterExecutor {
             };
             let job = tokio::select! {
                 j = drv.poller.submit(submission) => j.map_err(|e| match e {
-                    EngineError::Unanswered { message } => ExecError::Other(message),
-                    e => ExecError::Other(format!(
-                        "cluster {}: failed to submit: {e}", drv.cluster.name
-                    )),
+                    e @ EngineError::Unanswered { .. } => ClusterError::Unanswered(e),
+                    source => ClusterError::Submit { cluster: drv.cluster.name.clone(), source },
                 })?,
                 _ = cancel.graceful.cancelled() => return Ok(ExecOutcome::Cancelled),
             };
@@ -264,7 +263,7 @@ impl ClusterExecutor {
                 // Not resubmitted: the engine that lost track of this job takes no other.
                 // Its cancel goes out should the engine answer again while the run ends.
                 drv.poller.cancel(&job.id);
-                return Err(ExecError::Other(format!("job {}: {why}", job.id)));
+                return Err(ClusterError::JobUnanswered { job: job.id, why }.into());
             }
             let on_node = |node: &str| self.set_node(node);
             let back = Return {
@@ -283,12 +282,18 @@ impl ClusterExecutor {
                 Back::Infra(why) => why,
             };
             if submissions > drv.cluster.retries {
-                return Err(ExecError::Other(format!(
-                    "{why}; gave up after {submissions} job(s) on cluster {}",
-                    drv.cluster.name
-                )));
+                return Err(ClusterError::GaveUp {
+                    cluster: drv.cluster.name.clone(),
+                    submissions,
+                    last: Box::new(why),
+                }
+                .into());
             }
-            let msg = format!("{}: {why}; submitting again", self.job.label);
+            let msg = format!(
+                "{}: {}; submitting again",
+                self.job.label,
+                error_chain(&why)
+            );
             (drv.tell)(msg.clone());
             let _ = lines.send(msg);
         }
@@ -336,8 +341,8 @@ impl ClusterExecutor {
         let (desc, sandbox, stage_dir) = (desc.clone(), req.sandbox.clone(), req.stage_dir.clone());
         tokio::task::spawn_blocking(move || drv.store_description(&desc, &sandbox, stage_dir))
             .await
-            .map_err(|e| ExecError::Other(e.to_string()))?
-            .map_err(ExecError::Other)
+            .map_err(ClusterError::Task)?
+            .map_err(ExecError::from)
     }
 
     /// Upload the stored description: blobs the remote lacks first, the entry last, so a
@@ -348,12 +353,12 @@ impl ClusterExecutor {
             .push(desc_key)
             .await
             .map(|_| ())
-            .map_err(|e| {
-                ExecError::Other(format!(
-                    "failed to publish the action to the shared cache {}: {}",
-                    self.driver.shared.describe(),
-                    e.message
-                ))
+            .map_err(|source| {
+                ClusterError::Publish {
+                    remote: self.driver.shared.describe(),
+                    source,
+                }
+                .into()
             })
     }
 
@@ -444,20 +449,25 @@ impl Driver {
         desc: &Description,
         sandbox: &Path,
         stage_dir: Option<PathBuf>,
-    ) -> Result<Digest, String> {
+    ) -> Result<Digest, ClusterError> {
         let st = &self.store;
         let json = serde_json::to_vec_pretty(desc).expect("a description serialises");
-        let tmp = tempfile::NamedTempFile::new_in(st.root()).map_err(|e| e.to_string())?;
-        std::fs::write(tmp.path(), json).map_err(|e| e.to_string())?;
+        let file = |source| ClusterError::DescriptionFile {
+            dir: st.root().to_path_buf(),
+            source,
+        };
+        let tmp = tempfile::NamedTempFile::new_in(st.root()).map_err(file)?;
+        std::fs::write(tmp.path(), json).map_err(file)?;
         let mut outputs = BTreeMap::new();
         outputs.insert(
             d::DESC_FILE.to_string(),
-            st.put_output(tmp.path()).map_err(|e| error_chain(&e))?,
+            st.put_output(tmp.path())
+                .map_err(ClusterError::StoreDescription)?,
         );
         outputs.insert(
             d::DESC_IN.to_string(),
             st.put_output(&sandbox.join("in"))
-                .map_err(|e| error_chain(&e))?,
+                .map_err(ClusterError::StoreDescription)?,
         );
         if let Some(dir) = stage_dir {
             let known = self
@@ -469,7 +479,9 @@ impl Driver {
             let entry = match known {
                 Some(e) => e,
                 None => {
-                    let e = st.put_output(&dir).map_err(|e| error_chain(&e))?;
+                    let e = st
+                        .put_output(&dir)
+                        .map_err(ClusterError::StoreDescription)?;
                     self.stage_dirs
                         .lock()
                         .expect("stage dirs")
@@ -492,7 +504,8 @@ impl Driver {
                 .unwrap_or(0),
             meta: json!({ "label": desc.label, "run": desc.run_id }),
         };
-        st.record_action(&entry).map_err(|e| error_chain(&e))?;
+        st.record_action(&entry)
+            .map_err(ClusterError::StoreDescription)?;
         Ok(key)
     }
 }

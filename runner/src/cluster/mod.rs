@@ -14,6 +14,7 @@ mod bring_back;
 pub mod description;
 pub mod driver;
 pub mod engine;
+pub mod error;
 pub mod kube_api;
 pub mod kubernetes;
 pub mod poll;

@@ -21,6 +21,7 @@ use serde_json::json;
 use super::description::{
     self as d, ContainerDesc, Description, ExecEnd, GpusDesc, Outcome, EXIT_INFRA,
 };
+use super::error::WorkerError;
 use crate::exec::docker::DockerExecutor;
 use crate::exec::host::HostExecutor;
 use crate::exec::{
@@ -47,7 +48,7 @@ enum End {
         refused: Option<execution::Refused>,
         outputs: BTreeMap<String, OutputEntry>,
     },
-    Infra(String),
+    Infra(WorkerError),
     AlreadyThere,
 }
 
@@ -66,10 +67,10 @@ impl Worker {
                     .report(
                         key,
                         tag,
-                        End::Infra(format!(
-                            "failed to make a sandbox in {}: {e}",
-                            scratch.display()
-                        )),
+                        End::Infra(WorkerError::Sandbox {
+                            dir: scratch.clone(),
+                            source: e,
+                        }),
                         None,
                     )
                     .await
@@ -95,7 +96,10 @@ impl Worker {
         let sb = dir.join("sb");
         let logs = dir.join("logs");
         let laid = std::fs::create_dir_all(&logs)
-            .map_err(|e| e.to_string())
+            .map_err(|source| WorkerError::CreateDir {
+                dir: logs.clone(),
+                source,
+            })
             .and_then(|()| self.lay_out(&desc, key, &sb));
         let inputs = match laid {
             Ok(inputs) => inputs,
@@ -107,15 +111,7 @@ impl Worker {
                 Ok(engine) => Box::new(DockerExecutor {
                     engines: BTreeMap::from([(None, engine)]),
                 }),
-                Err(e) => {
-                    return (
-                        End::Infra(format!(
-                            "cannot reach this node's Docker engine: {}",
-                            error_chain(&e)
-                        )),
-                        Some(sb),
-                    )
-                }
+                Err(e) => return (End::Infra(WorkerError::NodeEngine(Box::new(e))), Some(sb)),
             },
         };
         let req = request(&desc, &sb, &logs);
@@ -126,12 +122,7 @@ impl Worker {
         let outcome = execution::run(exec.as_ref(), req, cancel, |_line| {}).await;
         let exec_outcome = match outcome {
             Ok(o) => o,
-            Err(e) => {
-                return (
-                    End::Infra(format!("failed to run the command: {}", error_chain(&e))),
-                    Some(sb),
-                )
-            }
+            Err(e) => return (End::Infra(WorkerError::Run(Box::new(e))), Some(sb)),
         };
         if execution::failure(&exec_outcome, &sb, &stderr, &mask).is_some() {
             return (
@@ -161,51 +152,39 @@ impl Worker {
 
     /// The description, or `None` when the shared cache holds the action's entry already
     /// and the run lets it be reused.
-    async fn description(&self, key: Digest) -> Result<Option<Description>, String> {
+    async fn description(&self, key: Digest) -> Result<Option<Description>, WorkerError> {
         let remote = self.shared.describe();
         let dkey = d::description_key(&key);
         match d::fetch_allowing(self.shared.as_ref(), &dkey, &d::description_outputs()).await {
             Ok(Some(_)) => {}
-            Ok(None) => {
-                return Err(format!(
-                    "no description of action {key} in the shared cache {remote}"
-                ))
-            }
-            // A blob the entry names and the remote lacks is an evicted input.
-            Err(e) => {
-                return Err(format!(
-                    "failed to fetch the action's description and inputs from {remote}: {}",
-                    e.message
-                ))
-            }
+            Ok(None) => return Err(WorkerError::NoDescription { key, remote }),
+            Err(source) => return Err(WorkerError::FetchDescription { remote, source }),
         }
         let entry = self
             .store
             .lookup_action(&dkey)
-            .map_err(|e| error_chain(&e))?
-            .ok_or_else(|| {
-                format!("the description of {key} is not servable from the local store")
-            })?;
+            .map_err(|source| WorkerError::DescriptionLookup { key: dkey, source })?
+            .ok_or(WorkerError::DescriptionNotServable { key })?;
         let file = entry
             .outputs
             .get(d::DESC_FILE)
-            .ok_or("the description has no action.json")?;
+            .ok_or(WorkerError::DescriptionNoFile)?;
+        let path = self.store.blob_path(&file.digest());
         let bytes =
-            std::fs::read(self.store.blob_path(&file.digest())).map_err(|e| e.to_string())?;
-        let desc: Description = serde_json::from_slice(&bytes)
-            .map_err(|e| format!("the description is not readable: {e}"))?;
+            std::fs::read(&path).map_err(|source| WorkerError::DescriptionRead { path, source })?;
+        let desc: Description =
+            serde_json::from_slice(&bytes).map_err(WorkerError::DescriptionParse)?;
         if desc.protocol != d::PROTOCOL {
-            return Err(format!(
-                "the description speaks protocol {}, this worker {} (install the driver's heddle on the nodes)",
-                desc.protocol,
-                d::PROTOCOL
-            ));
+            return Err(WorkerError::Protocol {
+                theirs: desc.protocol,
+                ours: d::PROTOCOL,
+            });
         }
         if desc.key != key {
-            return Err(format!(
-                "the description under {dkey} is of action {}",
-                desc.key
-            ));
+            return Err(WorkerError::WrongAction {
+                dkey,
+                key: desc.key,
+            });
         }
         if desc.reuse && desc.entry.is_some() {
             if let Ok(Some(_)) = self.shared.entry(key).await {
@@ -222,28 +201,31 @@ impl Worker {
         desc: &Description,
         key: Digest,
         sb: &Path,
-    ) -> Result<Option<OutputEntry>, String> {
+    ) -> Result<Option<OutputEntry>, WorkerError> {
+        let dkey = d::description_key(&key);
         let entry = self
             .store
-            .lookup_action(&d::description_key(&key))
-            .map_err(|e| error_chain(&e))?
-            .ok_or("the description left the local store")?;
-        std::fs::create_dir_all(sb.join("work")).map_err(|e| e.to_string())?;
+            .lookup_action(&dkey)
+            .map_err(|source| WorkerError::DescriptionLookup { key: dkey, source })?
+            .ok_or(WorkerError::DescriptionLeft)?;
+        let mkdir = |dir: PathBuf| {
+            std::fs::create_dir_all(&dir).map_err(|source| WorkerError::CreateDir { dir, source })
+        };
+        mkdir(sb.join("work"))?;
         for name in desc.outputs.keys() {
-            std::fs::create_dir_all(sb.join("out").join(name)).map_err(|e| e.to_string())?;
+            mkdir(sb.join("out").join(name))?;
         }
+        let lay_out = |dest: PathBuf| move |source| WorkerError::LayOut { dest, source };
         let input = entry.outputs.get(d::DESC_IN).cloned();
         if let Some(e) = &input {
-            self.store
-                .link_into(e, &sb.join("in"))
-                .map_err(|e| error_chain(&e))?;
+            let dest = sb.join("in");
+            self.store.link_into(e, &dest).map_err(lay_out(dest))?;
         } else {
-            std::fs::create_dir_all(sb.join("in")).map_err(|e| e.to_string())?;
+            mkdir(sb.join("in"))?;
         }
         if let Some(e) = entry.outputs.get(d::DESC_STAGE) {
-            self.store
-                .materialize(e, &sb.join("stage"))
-                .map_err(|e| error_chain(&e))?;
+            let dest = sb.join("stage");
+            self.store.materialize(e, &dest).map_err(lay_out(dest))?;
         }
         Ok(input)
     }
@@ -291,7 +273,7 @@ impl Worker {
                 .map_err(Collect::Refused)
         })
         .await
-        .map_err(|e| Collect::Infra(e.to_string()))??;
+        .map_err(|e| Collect::Infra(WorkerError::Task(e)))??;
         if let Some(e) = &desc.entry {
             let entry = ActionEntry {
                 key,
@@ -304,13 +286,12 @@ impl Worker {
             };
             self.store
                 .record_action(&entry)
-                .map_err(|e| Collect::Infra(error_chain(&e)))?;
-            self.shared.push(key).await.map_err(|e| {
-                Collect::Infra(format!(
-                    "failed to upload the result to {}: {}",
-                    self.shared.describe(),
-                    e.message
-                ))
+                .map_err(|e| Collect::Infra(WorkerError::StoreResult(e)))?;
+            self.shared.push(key).await.map_err(|source| {
+                Collect::Infra(WorkerError::Upload {
+                    remote: self.shared.describe(),
+                    source,
+                })
             })?;
         }
         Ok(outputs)
@@ -333,6 +314,7 @@ impl Worker {
                 return 0;
             }
             End::Infra(why) => {
+                let why = error_chain(&why);
                 (self.log)(&format!("heddle worker: {why}"));
                 (
                     Outcome {
@@ -381,7 +363,7 @@ impl Worker {
                 }
             }
             Err(e) => {
-                (self.log)(&format!("heddle worker: failed to store the outcome: {e}"));
+                (self.log)(&format!("heddle worker: {}", error_chain(&e)));
                 return EXIT_INFRA;
             }
         }
@@ -394,21 +376,26 @@ impl Worker {
         o: &Outcome,
         sb: Option<&Path>,
         outputs: BTreeMap<String, OutputEntry>,
-    ) -> Result<(), String> {
+    ) -> Result<(), WorkerError> {
         let st = &self.store;
         let mut outs: BTreeMap<String, OutputEntry> = outputs
             .into_iter()
             .map(|(k, v)| (format!("{}{k}", d::OUTCOME_OUT_PREFIX), v))
             .collect();
-        let tmp = tempfile::NamedTempFile::new_in(st.root()).map_err(|e| e.to_string())?;
+        let file = |source| WorkerError::OutcomeFile {
+            dir: st.root().to_path_buf(),
+            source,
+        };
+        let tmp = tempfile::NamedTempFile::new_in(st.root()).map_err(file)?;
         std::fs::write(
             tmp.path(),
             serde_json::to_vec_pretty(o).expect("serialises"),
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(file)?;
         outs.insert(
             d::OUTCOME_FILE.into(),
-            st.put_output(tmp.path()).map_err(|e| error_chain(&e))?,
+            st.put_output(tmp.path())
+                .map_err(WorkerError::StoreOutcome)?,
         );
         if let Some(sb) = sb {
             let logs = sb.parent().expect("sandbox in a folder").join("logs");
@@ -421,7 +408,7 @@ impl Worker {
                 if path.is_file() {
                     outs.insert(
                         name.into(),
-                        st.put_output(&path).map_err(|e| error_chain(&e))?,
+                        st.put_output(&path).map_err(WorkerError::StoreOutcome)?,
                     );
                 }
             }
@@ -435,13 +422,13 @@ impl Worker {
             created_unix_ms: now_ms(),
             meta: json!({ "node": o.node }),
         })
-        .map_err(|e| error_chain(&e))
+        .map_err(WorkerError::StoreOutcome)
     }
 }
 
 enum Collect {
     Refused(execution::Refused),
-    Infra(String),
+    Infra(WorkerError),
 }
 
 /// The execution request: the description's command and environment with the sandbox in

@@ -145,10 +145,11 @@ pub enum ExecError {
     },
     #[error("log task failed")]
     LogTask(#[source] tokio::task::JoinError),
-    /// The cluster driver's messages (a job that cannot be submitted or was lost); they become
-    /// variants of their own when that code is next reworked.
-    #[error("{0}")]
-    Other(String),
+    /// An executor's own failure, of a kind the ones here do not have: the cluster driver's
+    /// (`cluster::error::ClusterError`: a job that cannot be submitted, lost too often).
+    /// Boxed, as `exec` sits below the executors that implement its trait elsewhere.
+    #[error(transparent)]
+    Executor(Box<dyn std::error::Error + Send + Sync>),
 }
 
 pub trait Executor: Send + Sync {

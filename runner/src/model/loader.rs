@@ -14,7 +14,7 @@ use heddle_cache::error_chain;
 
 use super::value::{parse_value_text, toml_to_json, ParamType};
 use super::{valid_name, ClusterChoice, EnvDef, LoadError, LoadOptions, Pipeline, StageDef};
-use crate::diag::{did_you_mean, Diagnostic, Diagnostics, Source};
+use crate::diag::{Diagnostic, Diagnostics, Source};
 use crate::spec::{EnvSpec, PipelineSpec, RawStage, NOT_IN_DEFAULTS};
 use crate::units::pool_spec;
 
@@ -281,17 +281,11 @@ fn apply_overrides(
 ) -> Result<(), LoadError> {
     for (k, raw) in overrides {
         let Some(old) = params.get(k) else {
-            let known: Vec<_> = params.keys().cloned().collect();
-            let hint = did_you_mean(k, &known, || {
-                if known.is_empty() {
-                    "params: none".into()
-                } else {
-                    format!("params: {}", known.join(", "))
-                }
+            return Err(LoadError::UnknownParam {
+                name: k.clone(),
+                value: raw.clone(),
+                known: params.keys().cloned().collect(),
             });
-            return Err(LoadError::Usage(format!(
-                "--set {k}={raw}: the pipeline has no param `{k}` ({hint})"
-            )));
         };
         let ty = ParamType::of(old);
         let v = match ty.coerce(parse_value_text(raw)) {
@@ -299,10 +293,11 @@ fn apply_overrides(
             // Any text is a string: `--set name=4` keeps "4".
             Err(_) if ty == ParamType::String => Value::String(raw.clone()),
             Err(_) => {
-                return Err(LoadError::Usage(format!(
-                    "--set {k}={raw}: param `{k}` is a {}",
-                    ty.name()
-                )))
+                return Err(LoadError::WrongType {
+                    name: k.clone(),
+                    value: raw.clone(),
+                    ty,
+                })
             }
         };
         params.insert(k.clone(), v);

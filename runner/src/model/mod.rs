@@ -232,8 +232,47 @@ pub enum LoadError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Usage(String),
+    /// `--set NAME=VALUE` for a param the pipeline does not declare; `known` are the ones
+    /// it does, for a "did you mean".
+    #[error(
+        "--set {name}={value}: the pipeline has no param `{name}` ({})",
+        did_you_mean_param(name, known)
+    )]
+    UnknownParam {
+        name: String,
+        value: String,
+        known: Vec<String>,
+    },
+    /// `--set NAME=VALUE` whose value is not of the param's type (any text is a string).
+    #[error(
+        "--set {name}={value}: param `{name}` is {} {}",
+        article(ty.name()),
+        ty.name()
+    )]
+    WrongType {
+        name: String,
+        value: String,
+        ty: ParamType,
+    },
+}
+
+fn did_you_mean_param(name: &str, known: &[String]) -> String {
+    crate::diag::did_you_mean(name, known, || {
+        if known.is_empty() {
+            "params: none".into()
+        } else {
+            format!("params: {}", known.join(", "))
+        }
+    })
+}
+
+/// "an int", "a string".
+fn article(word: &str) -> &'static str {
+    if word.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    }
 }
 
 impl From<Diagnostic> for LoadError {

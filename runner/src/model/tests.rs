@@ -260,10 +260,10 @@ fn overrides_keep_the_param_type() {
     assert_eq!(p.params["n"], json!(4));
     assert_eq!(p.params["name"], json!("4"));
     let usage = |o: &[(&str, &str)]| match proj.load_with(&text, o) {
-        Err(LoadError::Usage(m)) => m,
+        Err(e @ (LoadError::UnknownParam { .. } | LoadError::WrongType { .. })) => e.to_string(),
         other => panic!("expected a usage error, got {other:?}"),
     };
-    assert_eq!(usage(&[("n", "four")]), "--set n=four: param `n` is a int");
+    assert_eq!(usage(&[("n", "four")]), "--set n=four: param `n` is an int");
     assert_eq!(
         usage(&[("m", "1")]),
         "--set m=1: the pipeline has no param `m` (params: n, name)"

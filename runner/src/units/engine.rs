@@ -350,7 +350,17 @@ pub enum HostLocks {
     /// The lock containers of its engine-wide pools, in pool and unit order.
     Held(Vec<BusyUnit>),
     /// Its engine did not answer (within [`STATUS_WAIT`]): why.
-    Unreachable(String),
+    Unreachable(LocksUnknown),
+}
+
+/// Why a host's engine-wide pools could not be listed.
+#[derive(Debug, thiserror::Error)]
+pub enum LocksUnknown {
+    /// Boxed, as large as bollard's error is.
+    #[error(transparent)]
+    Engine(Box<heddle_containers::ContainerError>),
+    #[error("no answer within {}s", waited.as_secs())]
+    Timeout { waited: Duration },
 }
 
 /// The lock containers of `host`'s engine-wide pools, asked of its engine with a short limit
@@ -371,8 +381,10 @@ pub async fn locks_on(host: EngineHost<'_>) -> HostLocks {
                 })
                 .collect(),
         ),
-        Ok(Err(e)) => HostLocks::Unreachable(heddle_cache::error_chain(&e)),
-        Err(_) => HostLocks::Unreachable(format!("no answer within {}s", STATUS_WAIT.as_secs())),
+        Ok(Err(e)) => HostLocks::Unreachable(LocksUnknown::Engine(Box::new(e))),
+        Err(_) => HostLocks::Unreachable(LocksUnknown::Timeout {
+            waited: STATUS_WAIT,
+        }),
     }
 }
 

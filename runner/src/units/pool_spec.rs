@@ -48,18 +48,32 @@ pub struct Parsed {
     pub warning: Option<String>,
 }
 
-/// Parse one entry declared at `place`; the error says what to write instead.
-pub fn parse(v: &toml::Value, place: Place) -> Result<Parsed, String> {
+/// An entry that is not a pool: what to write instead. The loader prefixes the pool's name
+/// and points at the entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolSpecError {
+    #[error("needs a positive size")]
+    NotPositive,
+    #[error("unknown key `{key}` (expected `units` and `scope`)")]
+    UnknownKey { key: String },
+    #[error("needs `units = N`")]
+    NoUnits,
+    #[error("`scope` is \"run\" or \"{}\"", place.shared_word())]
+    BadScope { place: Place },
+}
+
+/// Parse one entry declared at `place`.
+pub fn parse(v: &toml::Value, place: Place) -> Result<Parsed, PoolSpecError> {
     let units = |v: &toml::Value| match v.as_integer().map(u32::try_from) {
         Some(Ok(n)) if n > 0 => Ok(n),
-        _ => Err("needs a positive size".to_string()),
+        _ => Err(PoolSpecError::NotPositive),
     };
     match v {
         toml::Value::Table(t) => {
             if let Some(k) = t.keys().find(|k| !["units", "scope"].contains(&k.as_str())) {
-                return Err(format!("unknown key `{k}` (expected `units` and `scope`)"));
+                return Err(PoolSpecError::UnknownKey { key: k.clone() });
             }
-            let n = units(t.get("units").ok_or("needs `units = N`")?)?;
+            let n = units(t.get("units").ok_or(PoolSpecError::NoUnits)?)?;
             let shared = place.shared_word();
             let mut warning = None;
             let scope = match t.get("scope").map(|s| s.as_str()) {
@@ -72,7 +86,7 @@ pub fn parse(v: &toml::Value, place: Place) -> Result<Parsed, String> {
                     ));
                     Scope::Shared
                 }
-                _ => return Err(format!("`scope` is \"run\" or \"{shared}\"")),
+                _ => return Err(PoolSpecError::BadScope { place }),
             };
             Ok(Parsed {
                 spec: PoolSpec { units: n, scope },
@@ -93,7 +107,7 @@ pub fn parse(v: &toml::Value, place: Place) -> Result<Parsed, String> {
 mod tests {
     use super::*;
 
-    fn p(text: &str) -> Result<PoolSpec, String> {
+    fn p(text: &str) -> Result<PoolSpec, PoolSpecError> {
         let t: toml::Table = toml::from_str(&format!("x = {text}")).unwrap();
         parse(&t["x"], Place::Resources).map(|p| p.spec)
     }
@@ -114,11 +128,9 @@ mod tests {
                 scope: Scope::Shared
             })
         );
-        assert_eq!(p("0"), Err("needs a positive size".into()));
-        assert_eq!(
-            p(r#"{ units = 1, scope = "galaxy" }"#),
-            Err("`scope` is \"run\" or \"machine\"".into())
-        );
+        assert_eq!(p("0"), Err(PoolSpecError::NotPositive));
+        let galaxy = p(r#"{ units = 1, scope = "galaxy" }"#).unwrap_err();
+        assert_eq!(galaxy.to_string(), "`scope` is \"run\" or \"machine\"");
         // Each file's word, and the old one with a warning.
         let t: toml::Table = toml::from_str(
             "m = { units = 1, scope = \"machine\" }\ne = { units = 1, scope = \"engine\" }\nh = { units = 1, scope = \"host\" }",
@@ -139,12 +151,9 @@ mod tests {
             )
         );
         assert_eq!(
-            p(r#"{ unit = 1 }"#),
-            Err("unknown key `unit` (expected `units` and `scope`)".into())
+            p(r#"{ unit = 1 }"#).unwrap_err().to_string(),
+            "unknown key `unit` (expected `units` and `scope`)"
         );
-        assert_eq!(
-            p(r#"{ scope = "machine" }"#),
-            Err("needs `units = N`".into())
-        );
+        assert_eq!(p(r#"{ scope = "machine" }"#), Err(PoolSpecError::NoUnits));
     }
 }
