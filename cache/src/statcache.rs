@@ -14,8 +14,13 @@ use crate::fsutil::{self, FileStamp};
 use crate::tree::{encode_tree, scan_tree};
 use crate::{hash_file, CacheError, Digest};
 
-/// Format tag of the saved file; a file with another tag is ignored (an empty cache).
+/// Format tag of the JSON file earlier heddles saved; still read, then saved as [`MAGIC`].
 const STAT_TAG: &str = "heddle/statcache/v1";
+
+/// First bytes of the saved file (v2, binary): then the entry count (u64) and each entry as
+/// [`encode`] writes it. Parsing the JSON of v1 (each digest in hex, each number in decimal)
+/// was a tenth of a no-op run's instructions at 10,000 instances, for a file nobody reads.
+const MAGIC: &[u8] = b"heddle/statcache/v2\n";
 
 /// A file modified this close to the moment it was stat'ed may be modified again within the
 /// same timestamp tick without its stat changing ("racy git"). Such records are not trusted;
@@ -66,15 +71,14 @@ fn now_ns() -> i128 {
 impl StatCache {
     /// Load the cache saved at `path`; never fails (anything unreadable is an empty cache).
     pub fn load(path: &Path) -> StatCache {
-        let saved = fs::read(path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<SavedFile>(&b).ok())
-            .filter(|f| f.format == STAT_TAG);
-        // A missing, torn or foreign file is rewritten at the first save.
-        let dirty = AtomicBool::new(saved.is_none());
-        let map = saved
-            .map(|f| f.entries.into_iter().collect())
-            .unwrap_or_default();
+        let bytes = fs::read(path).unwrap_or_default();
+        let (map, current) = match decode(&bytes) {
+            Some(map) => (Some(map), true),
+            None => (decode_v1(&bytes), false),
+        };
+        // A missing, torn, foreign or v1 file is rewritten at the first save.
+        let dirty = AtomicBool::new(!current);
+        let map = map.unwrap_or_default();
         StatCache {
             path: path.to_path_buf(),
             map: Mutex::new(map),
@@ -88,18 +92,7 @@ impl StatCache {
         if !self.dirty.swap(false, Ordering::AcqRel) {
             return Ok(());
         }
-        let entries: Vec<(PathBuf, Record)> = self
-            .map
-            .lock()
-            .expect("stat cache poisoned")
-            .iter()
-            .map(|(p, r)| (p.clone(), *r))
-            .collect();
-        let bytes = serde_json::to_vec(&SavedFile {
-            format: STAT_TAG.to_string(),
-            entries,
-        })
-        .expect("stat cache always serialises");
+        let bytes = encode(&self.map.lock().expect("stat cache poisoned"));
         let dir = match self.path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
@@ -223,4 +216,112 @@ impl StatCache {
         let mut scan = scan_tree(path, &mut |p, m| self.hash_with_meta(p, m))?;
         Ok(Digest::of_bytes(&encode_tree(&mut scan.entries)))
     }
+}
+
+/// The bytes of v2 ([`MAGIC`]). A path heddle cannot spell as bytes (not UTF-8, off unix) is
+/// left out: it is hashed again next run.
+fn encode(map: &HashMap<PathBuf, Record>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(MAGIC.len() + 8 + map.len() * 160);
+    out.extend_from_slice(MAGIC);
+    let count_at = out.len();
+    out.extend_from_slice(&0u64.to_le_bytes());
+    let mut count = 0u64;
+    for (path, r) in map {
+        let Some(p) = path_bytes(path) else {
+            continue;
+        };
+        let Ok(len) = u32::try_from(p.len()) else {
+            continue;
+        };
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(p);
+        let s = &r.stamp;
+        for n in [s.dev, s.ino, s.size] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        for n in [s.mtime_ns, s.ctime_ns, r.seen_ns] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        out.extend_from_slice(r.digest.as_bytes());
+        out.push(u8::from(r.vouched));
+        count += 1;
+    }
+    out[count_at..count_at + 8].copy_from_slice(&count.to_le_bytes());
+    out
+}
+
+/// The map saved as v2, or `None` for anything else (another format, or a torn file: every
+/// entry must end within the file and the last exactly at its end).
+fn decode(bytes: &[u8]) -> Option<HashMap<PathBuf, Record>> {
+    let mut r = bytes.strip_prefix(MAGIC)?;
+    let r = &mut r;
+    let u64_of = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+    let i128_of = |b: &[u8]| i128::from_le_bytes(b.try_into().expect("16 bytes"));
+    let count = u64_of(take(r, 8)?);
+    // Each entry takes at least 101 bytes: a count the file cannot hold is a torn file.
+    let mut map = HashMap::with_capacity(usize::try_from(count).ok()?.min(bytes.len() / 101));
+    for _ in 0..count {
+        let len = u32::from_le_bytes(take(r, 4)?.try_into().expect("4 bytes")) as usize;
+        let path = path_of(take(r, len)?)?;
+        let stamp = FileStamp {
+            dev: u64_of(take(r, 8)?),
+            ino: u64_of(take(r, 8)?),
+            size: u64_of(take(r, 8)?),
+            mtime_ns: i128_of(take(r, 16)?),
+            ctime_ns: i128_of(take(r, 16)?),
+        };
+        let seen_ns = i128_of(take(r, 16)?);
+        let digest = Digest::from_bytes(take(r, 32)?.try_into().expect("32 bytes"));
+        let vouched = match take(r, 1)?[0] {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        let rec = Record {
+            stamp,
+            digest,
+            seen_ns,
+            vouched,
+        };
+        map.insert(path, rec);
+    }
+    r.is_empty().then_some(map)
+}
+
+/// The first `n` bytes of `r`, which then starts after them.
+fn take<'a>(r: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+    if r.len() < n {
+        return None;
+    }
+    let (head, rest) = r.split_at(n);
+    *r = rest;
+    Some(head)
+}
+
+/// The map saved as v1 (JSON), as heddles before v2 wrote it.
+fn decode_v1(bytes: &[u8]) -> Option<HashMap<PathBuf, Record>> {
+    let saved = serde_json::from_slice::<SavedFile>(bytes).ok()?;
+    (saved.format == STAT_TAG).then(|| saved.entries.into_iter().collect())
+}
+
+#[cfg(unix)]
+fn path_bytes(p: &Path) -> Option<&[u8]> {
+    use std::os::unix::ffi::OsStrExt;
+    Some(p.as_os_str().as_bytes())
+}
+
+#[cfg(not(unix))]
+fn path_bytes(p: &Path) -> Option<&[u8]> {
+    p.to_str().map(str::as_bytes)
+}
+
+#[cfg(unix)]
+fn path_of(b: &[u8]) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(b)))
+}
+
+#[cfg(not(unix))]
+fn path_of(b: &[u8]) -> Option<PathBuf> {
+    std::str::from_utf8(b).ok().map(PathBuf::from)
 }

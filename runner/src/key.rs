@@ -5,7 +5,7 @@
 //! are stored beside every action entry, so a miss is explained by diffing against the nearest
 //! earlier entry of the same stage ([`crate::explain`], within a budget).
 //!
-//! [`KeyParts::for_instance`] is the one place an instance's key is assembled.
+//! [`KeyView::for_launch`] is the one place an instance's key is assembled.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use heddle_containers::{GpuRequest, NetworkMode};
+use heddle_schema::VecMap;
 
 use crate::exec::ContainerRequest;
 use crate::inputs::{member_ok_fn, Resolved};
@@ -61,19 +62,63 @@ pub struct KeyParts {
 
 impl KeyParts {
     /// The key of instance `id` of `ctx`'s plan, given its resolved inputs (a preview's, or a
-    /// test's: a run builds the [`Launch`] once and keys it with [`KeyParts::for_launch`]).
+    /// test's: a run builds the [`Launch`] once and keys it with [`KeyView::for_launch`]).
     pub fn for_instance(ctx: &Context, id: usize, inputs: &BTreeMap<String, Resolved>) -> KeyParts {
-        KeyParts::for_launch(ctx, id, inputs, &Launch::for_instance(ctx, id))
+        let view = KeyView::for_launch(ctx, id, inputs, &Launch::for_instance(ctx, id));
+        let parts = view.to_parts();
+        // A run keys the view, the pins below check these parts: they must be one key.
+        debug_assert_eq!(
+            view.digest_and_text().1.get(),
+            parts.digest_and_text().1.get()
+        );
+        parts
     }
 
+    pub fn digest(&self) -> Digest {
+        self.digest_and_text().0
+    }
+
+    /// The key and the JSON text it is the hash of (`KEY_VERSION`, a NUL, then this text),
+    /// serialised once for both: a run keeps the text in each instance's record, and a second
+    /// serialisation per instance was a visible share of a no-op run of a large matrix.
+    pub fn digest_and_text(&self) -> (Digest, Box<serde_json::value::RawValue>) {
+        digest_and_text(self)
+    }
+}
+
+/// An instance's [`KeyParts`] as a run keys it: borrowed from the plan and the context where
+/// they hold the value already. A no-op run keys every instance and keeps none of the parts
+/// (its record keeps their text), so copying each instance's params, matrix, outputs and
+/// definition into an owned [`KeyParts`] only to print them was pure cost. The fields are
+/// [`KeyParts`]'s, in its order, each serialising as its owned counterpart does, so the text
+/// and the key are the same bytes ([`KeyParts::for_instance`] checks it under the key pins).
+#[derive(Serialize)]
+pub struct KeyView<'a> {
+    version: &'static str,
+    stage: &'a str,
+    command: Command,
+    executor: ExecutorKey,
+    definition: &'a BTreeMap<String, String>,
+    inputs: VecMap<Value>,
+    params: &'a BTreeMap<String, Value>,
+    matrix: &'a VecMap<Value>,
+    vars: BTreeMap<String, Value>,
+    env: Option<&'a str>,
+    outputs: &'a BTreeMap<String, String>,
+}
+
+/// What a stage without a `uses` folder keys as its definition.
+static NO_DEFINITION: BTreeMap<String, String> = BTreeMap::new();
+
+impl<'a> KeyView<'a> {
     /// The key of instance `id`, launched with `launch`: the same value its command is run
     /// with.
     pub fn for_launch(
-        ctx: &Context,
+        ctx: &'a Context,
         id: usize,
         inputs: &BTreeMap<String, Resolved>,
         launch: &Launch,
-    ) -> KeyParts {
+    ) -> KeyView<'a> {
         let plan = &ctx.plan;
         let inst = &plan.instances[id];
         let stage = plan.stage_of(id);
@@ -92,51 +137,109 @@ impl KeyParts {
             vars.insert(format!("${k}"), var_identity(v.as_deref().unwrap_or("")));
         }
         // `secret_env` never enters the key: a stage's result must not depend on its secret.
-        let executor = ExecutorIdentity::of(launch.container.as_ref());
-        KeyParts {
-            version: KEY_VERSION.into(),
-            stage: stage.name.clone(),
+        let executor = match launch.container.as_ref() {
+            None => ExecutorKey::Host,
+            c => ExecutorKey::Other(
+                serde_json::to_value(ExecutorIdentity::of(c))
+                    .expect("executor identity serialises"),
+            ),
+        };
+        KeyView {
+            version: KEY_VERSION,
+            stage: &stage.name,
             command,
-            executor: serde_json::to_value(&executor).expect("executor identity serialises"),
+            executor,
             definition: stage
                 .def
                 .as_ref()
-                .and_then(|d| ctx.definitions.get(&d.uses).cloned())
-                .unwrap_or_default(),
+                .and_then(|d| ctx.definitions.get(&d.uses))
+                .unwrap_or(&NO_DEFINITION),
             inputs: inputs
                 .iter()
                 .map(|(k, r)| (k.clone(), input_identity(r)))
                 .collect(),
-            params: inst.params.clone(),
-            matrix: inst.matrix.to_btree(),
+            params: &inst.params,
+            matrix: &inst.matrix,
             vars,
             env: stage
                 .settings
                 .env
                 .as_ref()
                 .and_then(|e| ctx.envs.get(e))
-                .map(|e| e.identity.clone()),
-            outputs: stage.outputs.clone(),
+                .map(|e| e.identity.as_str()),
+            outputs: &stage.outputs,
         }
     }
 
-    pub fn digest(&self) -> Digest {
-        self.digest_and_text().0
+    /// The key and its text, as [`KeyParts::digest_and_text`].
+    pub fn digest_and_text(&self) -> (Digest, Box<serde_json::value::RawValue>) {
+        digest_and_text(self)
     }
 
-    /// The key and the JSON text it is the hash of (`KEY_VERSION`, a NUL, then this text),
-    /// serialised once for both: a run keeps the text in each instance's record, and a second
-    /// serialisation per instance was a visible share of a no-op run of a large matrix.
-    pub fn digest_and_text(&self) -> (Digest, Box<serde_json::value::RawValue>) {
-        use sha2::Digest as _;
-        let text = serde_json::to_string(self).expect("key parts serialise");
-        let mut hasher = sha2::Sha256::new();
-        hasher.update(KEY_VERSION.as_bytes());
-        hasher.update([0]);
-        hasher.update(text.as_bytes());
-        let raw = serde_json::value::RawValue::from_string(text).expect("serde_json wrote JSON");
-        (Digest::from_bytes(hasher.finalize().into()), raw)
+    /// The owned parts (a miss explains itself with them and stores them in its entry).
+    pub fn to_parts(&self) -> KeyParts {
+        KeyParts {
+            version: self.version.into(),
+            stage: self.stage.into(),
+            command: self.command.clone(),
+            executor: match &self.executor {
+                ExecutorKey::Host => serde_json::to_value(ExecutorIdentity::Host)
+                    .expect("executor identity serialises"),
+                ExecutorKey::Other(v) => v.clone(),
+            },
+            definition: self.definition.clone(),
+            inputs: self.inputs.to_btree(),
+            params: self.params.clone(),
+            matrix: self.matrix.to_btree(),
+            vars: self.vars.clone(),
+            env: self.env.map(str::to_string),
+            outputs: self.outputs.clone(),
+        }
     }
+
+    /// Each input's identity, as the record lists them.
+    pub fn inputs(&self) -> &VecMap<Value> {
+        &self.inputs
+    }
+
+    /// The inputs' identities, moved into the record of a hit (whose parts are not kept).
+    pub fn into_inputs(self) -> VecMap<Value> {
+        self.inputs
+    }
+
+    /// The python environment's identity, if the stage has one.
+    pub fn env(&self) -> Option<&'a str> {
+        self.env
+    }
+}
+
+/// [`ExecutorIdentity`] as a run keys it: the host's printed without building a JSON object
+/// per instance, a container's as the `Value` the owned parts hold (its fields sorted, as the
+/// key has always printed them).
+enum ExecutorKey {
+    Host,
+    Other(Value),
+}
+
+impl Serialize for ExecutorKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ExecutorKey::Host => ExecutorIdentity::Host.serialize(s),
+            ExecutorKey::Other(v) => v.serialize(s),
+        }
+    }
+}
+
+/// The key (sha256 of `KEY_VERSION`, a NUL, then the JSON text of `parts`) and that text.
+fn digest_and_text(parts: &impl Serialize) -> (Digest, Box<serde_json::value::RawValue>) {
+    use sha2::Digest as _;
+    let text = serde_json::to_string(parts).expect("key parts serialise");
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(KEY_VERSION.as_bytes());
+    hasher.update([0]);
+    hasher.update(text.as_bytes());
+    let raw = serde_json::value::RawValue::from_string(text).expect("serde_json wrote JSON");
+    (Digest::from_bytes(hasher.finalize().into()), raw)
 }
 
 /// A variable's value as it enters the key: `{"sha256": "<hex>"}`, never the text. A digest

@@ -81,3 +81,47 @@ fn an_unchanged_stat_cache_is_not_rewritten() {
     assert_ne!(mtime(), first);
     assert!(StatCache::load(&at).is_empty());
 }
+
+#[test]
+fn a_saved_stat_cache_reads_back_and_a_torn_or_v1_one_is_handled() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    fs::write(&a, b"x").unwrap();
+    fs::write(&b, b"y").unwrap();
+    let at = dir.path().join("stat-cache");
+    let c = StatCache::load(&at);
+    c.record(&a, Digest::of_bytes(b"x"));
+    c.record(&b, Digest::of_bytes(b"y"));
+    c.save().unwrap();
+    let c = StatCache::load(&at);
+    assert_eq!(c.len(), 2);
+    assert_eq!(c.hash(&a).unwrap(), Digest::of_bytes(b"x"));
+    assert_eq!(
+        c.hash_count(),
+        0,
+        "a vouched record is served after a reload"
+    );
+
+    // Cut anywhere, the file is no cache at all.
+    let bytes = fs::read(&at).unwrap();
+    for cut in [bytes.len() - 1, bytes.len() / 2, 10] {
+        fs::write(&at, &bytes[..cut]).unwrap();
+        assert!(StatCache::load(&at).is_empty(), "cut at {cut}");
+    }
+
+    // The JSON an earlier heddle saved is still read.
+    let meta = fs::metadata(&a).unwrap();
+    let v1 = serde_json::json!({
+        "format": "heddle/statcache/v1",
+        "entries": [[a, {
+            "stamp": crate::fsutil::FileStamp::of(&meta),
+            "digest": Digest::of_bytes(b"x"),
+            "seen_ns": 0,
+            "vouched": true,
+        }]],
+    });
+    fs::write(&at, serde_json::to_vec(&v1).unwrap()).unwrap();
+    let c = StatCache::load(&at);
+    assert_eq!(c.hash(&a).unwrap(), Digest::of_bytes(b"x"));
+    assert_eq!(c.hash_count(), 0);
+}

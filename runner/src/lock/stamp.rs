@@ -237,7 +237,11 @@ struct Fields<'a> {
     image: Option<&'a Value>,
     outputs: &'a heddle_schema::VecMap<heddle_cache::OutputEntry>,
     facts: Option<&'a Value>,
+    /// The expanded key, unless the cache key stands for it: the key text is most of a
+    /// record's fields and its sha256 is the cache key (`sched/instance.rs` makes the two
+    /// together), so hashing it again would change no fingerprint.
     key: Option<&'a RawValue>,
+    has_key: bool,
 }
 
 impl<'a> Fields<'a> {
@@ -253,7 +257,8 @@ impl<'a> Fields<'a> {
             image: r.image.as_ref(),
             outputs: &r.outputs,
             facts: r.facts.as_ref(),
-            key: r.key_parts.as_deref(),
+            key: r.key_parts.as_deref().filter(|_| r.cache_key.is_none()),
+            has_key: r.key_parts.is_some(),
         }
     }
 }

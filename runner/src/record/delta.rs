@@ -12,7 +12,8 @@
 //! the JSON of its *hit form* ([`hit_form`]: the record a cache hit of it would have, times
 //! zeroed). A later instance is written as a reference only when it already is in hit form and
 //! its own digest equals a base instance's: [`load`] then rebuilds the hit form of that base
-//! instance with the stored times, which is the instance's record byte for byte.
+//! instance with the stored times, which is the instance's record byte for byte. (The key
+//! text enters the digest through the cache key, its sha256: see [`zeroed_digest`].)
 //!
 //! Chains are one deep: a base is always a whole record, so loading a record reads at most two
 //! files. [`super::prune`] keeps a base while a kept record refers to it.
@@ -37,7 +38,8 @@ pub const RECORD_FORMAT: u32 = 2;
 const DELTA_PREFIX: &str = "{\"record_format\":";
 
 /// First line of an index file; bump the number when its layout changes.
-const INDEX_MAGIC: &[u8] = b"heddle-record-index 1\n";
+/// 2: a digest stands the cache key for the key text ([`zeroed_digest`]).
+const INDEX_MAGIC: &[u8] = b"heddle-record-index 2\n";
 
 /// A record with a base is written only when at least this share of its instances are
 /// references; otherwise it is written whole and becomes the base of the runs after it.
@@ -94,15 +96,32 @@ fn is_hit_form(r: &InstanceRecord) -> bool {
 
 /// The sha256 of `label` and the JSON of `r`'s hit form with zero times.
 fn hit_digest(label: &str, r: &InstanceRecord) -> Digest {
-    zeroed_digest(label, &hit_form(r, 0, 0))
+    zeroed_digest(label, &mut hit_form(r, 0, 0))
 }
 
-/// The sha256 of `label` and the JSON of `h`, a hit form with zero times.
-fn zeroed_digest(label: &str, h: &InstanceRecord) -> Digest {
+/// The sha256 of `label` and the JSON of `h`, a hit form with zero times (`h` is borrowed
+/// mutably only to leave its key text out while it is hashed, and is as it was after).
+///
+/// The key text is most of an instance's JSON, and its sha256 is already the cache key
+/// (`sched/instance.rs` makes the two together, from one serialisation): with a cache key
+/// beside it, the text is hashed as a mark that it is there, the cache key standing for it.
+/// Two records with one digest then have one cache key, so one key text.
+fn zeroed_digest(label: &str, h: &mut InstanceRecord) -> Digest {
     let mut w = HashWriter(<sha2::Sha256 as sha2::Digest>::new());
     serde_json::to_writer(&mut w, label).expect("a string serialises");
     w.0.update_bytes(b"\n");
-    serde_json::to_writer(&mut w, h).expect("a record serialises");
+    let text = match h.cache_key {
+        Some(_) => h.key_parts.take(),
+        None => None,
+    };
+    if text.is_some() {
+        // Not a JSON record's first byte, so no record hashed whole reads the same.
+        w.0.update_bytes(b"key text of the cache key\n");
+    }
+    serde_json::to_writer(&mut w, &*h).expect("a record serialises");
+    if text.is_some() {
+        h.key_parts = text;
+    }
     Digest::from_bytes(sha2::Digest::finalize(w.0).into())
 }
 

@@ -6,11 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use heddle_cache::{ActionEntry, Digest, KeyLock, OutputEntry};
-use serde_json::json;
+use heddle_schema::VecMap;
+use serde_json::{json, Value};
 
 use crate::explain::{explain_with, Earlier};
 use crate::inputs::Resolved;
-use crate::key::{family, KeyParts, Reason};
+use crate::key::{family, KeyParts, KeyView, Reason};
 use crate::launch::Launch;
 use crate::outputs::{output_dir, relative_paths, restore};
 use crate::record::{ErrorClass, InstanceRecord, StatusRecord};
@@ -27,20 +28,33 @@ pub(super) async fn process(i: Inst<'_>, inputs: BTreeMap<String, Resolved>) -> 
     let t0 = i.sh.started.elapsed();
     // Built once: the key and the command are both read from it.
     let launch = Launch::for_instance(&i.sh.ctx, i.id);
-    let parts = KeyParts::for_launch(&i.sh.ctx, i.id, &inputs, &launch);
-    let (key, key_text) = parts.digest_and_text();
+    let view = KeyView::for_launch(&i.sh.ctx, i.id, &inputs, &launch);
+    let (key, key_text) = view.digest_and_text();
     let cacheable = i.sh.opts.may_use_cache(stage);
-    let mut record = keyed_record(i, &parts, &key, key_text, t0);
     if cacheable {
         if let Some(hit) = find_hit(i, &key) {
+            let env = view.env();
+            let record = keyed_record(i, view.into_inputs(), env, &key, key_text, t0);
             return serve_hit(i, record, hit);
         }
         if let Some((hit, signer)) = find_remote_hit(i, &key).await {
+            let env = view.env();
+            let mut record = keyed_record(i, view.into_inputs(), env, &key, key_text, t0);
             record.remote = true;
             record.remote_signer = Some(signer);
             return serve_hit(i, record, hit);
         }
     }
+    // Owned only here: a hit, most instances of a no-op run, never needs them.
+    let parts = view.to_parts();
+    let record = keyed_record(
+        i,
+        view.into_inputs(),
+        parts.env.as_deref(),
+        &key,
+        key_text,
+        t0,
+    );
     // Boxed: a task's future is allocated whole when it is spawned, and every ready instance
     // is spawned at once (a whole matrix, in a no-op run), though most end in the hit above.
     Box::pin(miss(i, inputs, launch, parts, key, record, t0)).await
@@ -105,10 +119,12 @@ async fn miss(
     }
 }
 
-/// The record as far as the key tells: the key, its parts, inputs, env and image.
+/// The record as far as the key tells: the key, its text, the inputs' identities, env and
+/// image.
 fn keyed_record(
     i: Inst<'_>,
-    parts: &KeyParts,
+    inputs: VecMap<Value>,
+    env: Option<&str>,
     key: &Digest,
     key_text: Box<serde_json::value::RawValue>,
     t0: Duration,
@@ -118,12 +134,8 @@ fn keyed_record(
     let mut record = empty_record(i.stage);
     record.cache_key = Some(key.to_string());
     record.key_parts = Some(key_text);
-    record.inputs = parts
-        .inputs
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    record.env_identity = parts.env.clone();
+    record.inputs = inputs;
+    record.env_identity = env.map(str::to_string);
     record.image = inst.image.as_ref().map(|r| {
         let identity = ctx.images.get(r);
         json!({

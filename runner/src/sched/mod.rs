@@ -17,7 +17,7 @@ mod instance;
 mod on_cluster;
 mod outcome;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -210,6 +210,10 @@ struct Walk {
     running: usize,
     stop_cause: Option<Cause>,
     interrupts: u32,
+    /// Per instance, 1 + the last instance whose end counted down its `waiting`: a dependent
+    /// reached twice through one upstream (parallel edges) counts once, without a set
+    /// allocated per ended instance.
+    counted_by: Vec<usize>,
 }
 
 /// How many instances may be started and not yet ended: enough to keep `--jobs` stages and the
@@ -228,6 +232,7 @@ impl Walk {
         done.resize_with(waiting.len(), || None);
         Walk {
             plan: plan.clone(),
+            counted_by: vec![0; waiting.len()],
             waiting,
             done,
             queue,
@@ -323,10 +328,10 @@ impl Walk {
     /// Record `id` as finished and queue each dependent that no longer waits on anything.
     fn finish(&mut self, id: usize, rec: InstanceRecord) {
         self.done[id] = Some(rec);
-        let mut seen = BTreeSet::new();
         for m in self.plan.graph.neighbors(NodeIndex::new(id)) {
             let m = m.index();
-            if seen.insert(m) {
+            if self.counted_by[m] != id + 1 {
+                self.counted_by[m] = id + 1;
                 self.waiting[m] -= 1;
                 if self.waiting[m] == 0 {
                     self.queue.push_back(m);
