@@ -28,13 +28,15 @@
 //! most temp files, which `verify` removes; a torn or unparsable entry or a missing blob reads
 //! as a miss, never a panic.
 //!
-//! A large blob imported from a remote cache is the exception to "durable before its entry" on
+//! A blob imported from a remote cache is the exception to "durable before its entry" on
 //! Linux: it was verified as it streamed in and the remote holds it durably, so instead of an
 //! fsync of its bytes (seconds for a GiB) its digest is made durable in the store's imports
-//! journal before it is renamed into place. The first [`Store::open`] after a reboot re-hashes
-//! the blobs the journals of that earlier boot list (once; benches/RESULTS.md, M9) and quarantines
-//! any torn by the power loss, so the entries naming them read as misses
-//! (`store/imports_journal.rs`).
+//! journal before it is renamed into place (concurrent imports share the journal's
+//! `fdatasync`). The first [`Store::open`] after a reboot re-hashes the blobs the journals of
+//! that earlier boot list (once; benches/RESULTS.md, M9) and quarantines any torn by the power
+//! loss, so the entries naming them read as misses (`store/imports_journal.rs`). The entry of
+//! a remote hit is then recorded without an fsync ([`Store::record_fetched_action`]): lost to a
+//! power loss, it is a miss that the remote serves again.
 //!
 //! ## Why a group commit
 //!

@@ -209,7 +209,8 @@ pub async fn fetch_action(
     };
     let store = local.clone();
     let recorded = entry.clone();
-    tokio::task::spawn_blocking(move || store.record_action(&recorded)).await??;
+    // Its blobs were journaled as they came in: recording it costs no fsync of its own.
+    tokio::task::spawn_blocking(move || store.record_fetched_action(&recorded)).await??;
     Ok(Some((entry, report)))
 }
 

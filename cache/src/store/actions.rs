@@ -131,33 +131,77 @@ impl Store {
     pub fn record_actions(&self, entries: &[ActionEntry]) -> Result<(), CacheError> {
         let mut temps = Vec::with_capacity(entries.len());
         for entry in entries {
-            let mut blobs = BTreeSet::new();
-            for out in entry.outputs.values() {
-                self.output_blobs(out, &mut blobs)?;
-            }
-            for d in &blobs {
-                if !self.has_blob(d) {
-                    return Err(CacheError::MissingBlob { digest: *d });
-                }
-            }
-            let bytes =
-                serde_json::to_vec_pretty(entry).map_err(|source| CacheError::EncodeAction {
-                    key: entry.key,
-                    source,
-                })?;
-            let tmp = TempPath::new(self.tmp.join(unique_name("a-")));
-            fs::write(tmp.path(), &bytes).map_err(CacheError::io("write", tmp.path()))?;
-            temps.push(tmp);
+            self.entry_blobs(entry)?;
+            temps.push(self.write_entry_temp(entry)?);
         }
         let paths: Vec<PathBuf> = temps.iter().map(|t| t.path().to_path_buf()).collect();
         self.sync_pending_with(&paths)?;
         for (entry, tmp) in entries.iter().zip(temps) {
-            let dest = self.action_path(&entry.key);
-            fsutil::rename_into_shard(tmp.path(), &dest, rename_replace)?;
-            tmp.keep();
-            self.append_family(&entry.family, &entry.key)?;
+            self.place_entry(entry, tmp)?;
         }
         Ok(())
+    }
+
+    /// Record an action fetched from a remote cache, its blobs brought in by
+    /// [`Store::import_verified_blob`]: as [`Store::record_action`], but with no fsync when none
+    /// of the blobs it names waits for this store's group commit. A journaled import is safe
+    /// from a power loss without one (`imports_journal`), and the entry needs none: lost or
+    /// torn, it reads as a miss and is fetched again. Per remote hit, the fsyncs of
+    /// `record_action` (the blob, its folder, the entry) cost milliseconds each on a busy disk,
+    /// most of a cold no-op against a fast remote (benches/RESULTS.md, remote no-op).
+    /// Where imports are not journaled (no boot id), it is `record_action`.
+    pub fn record_fetched_action(&self, entry: &ActionEntry) -> Result<(), CacheError> {
+        if !self.journals_imports() {
+            return self.record_action(entry);
+        }
+        let blobs = self.entry_blobs(entry)?;
+        {
+            // A commit in progress has taken its files out of `pending` and not yet made them
+            // durable: wait for it, then look.
+            let _commit = self.sync_lock.lock().expect("sync lock poisoned");
+            let pending = self.pending.lock().expect("pending poisoned");
+            if !pending.is_empty() && blobs.iter().any(|d| pending.contains(&self.blob_path(d))) {
+                drop(pending);
+                drop(_commit);
+                return self.record_action(entry);
+            }
+        }
+        let tmp = self.write_entry_temp(entry)?;
+        self.place_entry(entry, tmp)
+    }
+
+    /// Every blob `entry` names, each present in the store (else [`CacheError::MissingBlob`]).
+    fn entry_blobs(&self, entry: &ActionEntry) -> Result<BTreeSet<Digest>, CacheError> {
+        let mut blobs = BTreeSet::new();
+        for out in entry.outputs.values() {
+            self.output_blobs(out, &mut blobs)?;
+        }
+        for d in &blobs {
+            if !self.has_blob(d) {
+                return Err(CacheError::MissingBlob { digest: *d });
+            }
+        }
+        Ok(blobs)
+    }
+
+    /// The entry written to a temp file, not yet synced or in place.
+    fn write_entry_temp(&self, entry: &ActionEntry) -> Result<TempPath, CacheError> {
+        let bytes =
+            serde_json::to_vec_pretty(entry).map_err(|source| CacheError::EncodeAction {
+                key: entry.key,
+                source,
+            })?;
+        let tmp = TempPath::new(self.tmp.join(unique_name("a-")));
+        fs::write(tmp.path(), &bytes).map_err(CacheError::io("write", tmp.path()))?;
+        Ok(tmp)
+    }
+
+    /// Rename the entry's temp file into place and list its key in its family's index.
+    fn place_entry(&self, entry: &ActionEntry, tmp: TempPath) -> Result<(), CacheError> {
+        let dest = self.action_path(&entry.key);
+        fsutil::rename_into_shard(tmp.path(), &dest, rename_replace)?;
+        tmp.keep();
+        self.append_family(&entry.family, &entry.key)
     }
 
     pub(crate) fn append_family(&self, family: &str, key: &Digest) -> Result<(), CacheError> {

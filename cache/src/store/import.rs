@@ -35,11 +35,6 @@ pub struct BlobImport {
 /// (RocksDB's `bytes_per_sync`).
 const WRITEBACK_EVERY: u64 = 8 * 1024 * 1024;
 
-/// From this size on, an import is journaled instead of fsynced (see `imports_journal`): its
-/// fsync would cost more than the journal's `fdatasync` (benches/RESULTS.md, M11). Smaller
-/// blobs join the group commit, which fsyncs any number of them in one round.
-pub(crate) const JOURNAL_FROM: u64 = 4 * 1024 * 1024;
-
 impl BlobImport {
     /// Append a chunk (blocking file I/O: async callers run it on a blocking thread).
     pub fn write(&mut self, chunk: &[u8]) -> Result<(), CacheError> {
@@ -107,7 +102,7 @@ impl Store {
 
     /// Whether a large import is journaled rather than fsynced: on Linux (a boot id), in a
     /// store that fsyncs at all.
-    fn journals_imports(&self) -> bool {
+    pub(super) fn journals_imports(&self) -> bool {
         self.imports.enabled() && self.durability != Durability::None
     }
 
@@ -115,10 +110,13 @@ impl Store {
     /// seal the file (blob mtime sentinel, read-only) and rename it into place; otherwise
     /// remove it. The hash computed while writing is the only one: nothing is read back.
     ///
-    /// A small blob joins the next group commit like any new blob. A large one, on Linux, is
-    /// listed in this store's imports journal (durably) before its rename and never fsynced
-    /// here: after a power loss the journal has it re-hashed (see `imports_journal`). So a
-    /// 1 GiB remote hit is done when its bytes are in the page cache, like `curl -o`.
+    /// On Linux the blob is listed in this store's imports journal (durably) before its rename
+    /// and never fsynced here: after a power loss the journal has it re-hashed (see
+    /// `imports_journal`). So a 1 GiB remote hit is done when its bytes are in the page cache,
+    /// like `curl -o`, and a small one costs a share of a journal `fdatasync` that concurrent
+    /// imports have in common, where an fsync of the blob, its folder and the entry naming it
+    /// was paid per remote hit (benches/RESULTS.md, M11 and the remote no-op). Elsewhere (no
+    /// boot id) it joins the next group commit like any new blob.
     pub fn import_verified_blob(&self, import: BlobImport) -> Result<ImportOutcome, CacheError> {
         let BlobImport {
             tmp,
@@ -137,7 +135,7 @@ impl Store {
             .map_err(CacheError::io("set mtime of", tmp.path()))?;
         drop(file);
         set_readonly(tmp.path(), false).map_err(CacheError::io("make read-only", tmp.path()))?;
-        if self.journals_imports() && size >= JOURNAL_FROM {
+        if self.journals_imports() {
             self.imports.record(&expected)?;
             // Not in `pending`: neither its bytes nor its shard folder are fsynced. A rename
             // lost to a power loss reads as a missing blob, i.e. a miss, like a torn blob.

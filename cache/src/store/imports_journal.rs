@@ -1,22 +1,24 @@
-//! The imports journal: how a large blob imported from a remote cache is kept safe from a power
-//! loss without an fsync of its bytes.
+//! The imports journal: how a blob imported from a remote cache is kept safe from a power loss
+//! without an fsync of its bytes.
 //!
 //! An imported blob is a copy of a blob the remote holds durably, and it was hashed as it
 //! streamed in. A killed process loses nothing (the page cache survives it); only a power loss
 //! or kernel crash can leave the file torn or zero-filled while its metadata (size, sentinel
-//! mtime) survived, and a large blob is served on a hit trusted on its stat
+//! mtime) survived, and a blob is served on a hit trusted on its stat
 //! ([`crate::integrity`]). Fsyncing a large blob before its action entry is recorded costs
-//! more than the download (benches/RESULTS.md, M11); the journal closes the same hole
-//! for the price of one small `fdatasync`:
+//! more than the download (benches/RESULTS.md, M11), and an fsync per small blob was most of
+//! a cold no-op against a fast remote; the journal closes the same hole for a share of one
+//! small `fdatasync`:
 //!
-//! - each [`Store`] that imports a large blob (Linux only) keeps one journal,
+//! - each [`Store`] that imports a blob (Linux only) keeps one journal,
 //!   `imports/<boot id>-<pid>-<n>-<t>.unsynced`, locked (`flock`) for as long as it lives, and
 //!   appends the blob's digest to it, durably, *before* the blob is renamed into place;
 //! - [`Store::open`] looks at the journals of others: one written before the last boot (the
 //!   machine went down since, maybe by a crash) has each blob it lists re-hashed, and a torn
 //!   one quarantined, so an entry naming it reads as a miss and the remote is asked again; one
 //!   from this boot whose owner is gone has its blobs fsynced in a background thread (the page
-//!   cache still holds the verified bytes) and is then removed; a live owner's is left alone.
+//!   cache still holds the verified bytes; many of them, one `syncfs`) and is then removed; a
+//!   live owner's is left alone.
 //!
 //! The boot id (`/proc/sys/kernel/random/boot_id`) is what tells a reboot apart from a process
 //! that merely exited: without it (not Linux) imports are fsynced by the group commit as before.
@@ -25,7 +27,7 @@ use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
 
 use super::Store;
 use crate::fsutil::{self, unique_name, TempPath};
@@ -61,8 +63,26 @@ pub(crate) fn boot_id() -> Option<String> {
 pub(crate) struct ImportsJournal {
     dir: PathBuf,
     boot_id: Option<String>,
+    own: Mutex<Own>,
+    /// Signalled when an `fdatasync` of the journal ends.
+    synced: Condvar,
+}
+
+/// The journal file and how far it is durable. Records are appended under the mutex; the
+/// `fdatasync` runs outside it, so records appended meanwhile wait for the next one and many
+/// concurrent imports share one (a group commit of the journal).
+#[derive(Default)]
+struct Own {
     /// The open, exclusively locked journal file (the lock goes with the descriptor).
-    own: Mutex<Option<(PathBuf, File)>>,
+    file: Option<(PathBuf, Arc<File>)>,
+    /// Records appended, and records known durable.
+    appended: u64,
+    durable: u64,
+    /// Whether some thread is in `fdatasync` now.
+    syncing: bool,
+    /// An `fdatasync` failed: the kernel may have dropped the dirty pages, so no later one
+    /// can vouch for what was appended before. Every record from then on fails.
+    broken: bool,
 }
 
 impl ImportsJournal {
@@ -70,7 +90,8 @@ impl ImportsJournal {
         ImportsJournal {
             dir: root.join("imports"),
             boot_id,
-            own: Mutex::new(None),
+            own: Mutex::new(Own::default()),
+            synced: Condvar::new(),
         }
     }
 
@@ -81,22 +102,67 @@ impl ImportsJournal {
 
     /// Append `digest` to this store's journal and make it durable (`fdatasync`, plus the
     /// folder once when the journal is created). Called before the blob is renamed into place,
-    /// so a blob that reached the store unsynced is always listed.
+    /// so a blob that reached the store unsynced is always listed. Concurrent callers share
+    /// `fdatasync`s: one started after a record was appended covers it, so a cold no-op that
+    /// imports hundreds of blobs at once waits for a few journal flushes, not one per blob.
     pub(crate) fn record(&self, digest: &Digest) -> Result<(), CacheError> {
         let mut own = self.own.lock().expect("imports journal poisoned");
-        if own.is_none() {
-            *own = Some(self.create()?);
+        if own.broken {
+            return Err(self.broken(&own));
         }
-        let (path, file) = own.as_mut().expect("created above");
-        file.write_all(format!("{digest}\n").as_bytes())
-            .map_err(CacheError::io("append to", &*path))?;
-        file.sync_data().map_err(CacheError::io("fsync", &*path))
+        if own.file.is_none() {
+            own.file = Some(self.create()?);
+        }
+        let (path, file) = own.file.clone().expect("created above");
+        if let Err(e) = (&*file).write_all(format!("{digest}\n").as_bytes()) {
+            // A partial line would swallow the next record: append nothing more.
+            own.broken = true;
+            return Err(CacheError::io("append to", &path)(e));
+        }
+        own.appended += 1;
+        let mine = own.appended;
+        loop {
+            if own.broken {
+                return Err(self.broken(&own));
+            }
+            if own.durable >= mine {
+                return Ok(());
+            }
+            if own.syncing {
+                own = self.synced.wait(own).expect("imports journal poisoned");
+                continue;
+            }
+            // Lead a flush of everything appended so far, without holding the lock.
+            own.syncing = true;
+            let upto = own.appended;
+            let (path, file) = own.file.clone().expect("created above");
+            drop(own);
+            let result = file.sync_data();
+            own = self.own.lock().expect("imports journal poisoned");
+            own.syncing = false;
+            match &result {
+                Ok(()) => own.durable = own.durable.max(upto),
+                Err(_) => own.broken = true,
+            }
+            self.synced.notify_all();
+            result.map_err(CacheError::io("fsync", &path))?;
+        }
+    }
+
+    fn broken(&self, own: &Own) -> CacheError {
+        let path = own
+            .file
+            .as_ref()
+            .map_or(self.dir.clone(), |(p, _)| p.clone());
+        CacheError::io("fsync", &path)(io::Error::other(
+            "an earlier write or fsync of this imports journal failed",
+        ))
     }
 
     /// Create the journal under a name no other store looks at, lock it, then rename it to
     /// its real name: a store opening meanwhile never finds it unlocked (and takes it for a
     /// dead owner's).
-    fn create(&self) -> Result<(PathBuf, File), CacheError> {
+    fn create(&self) -> Result<(PathBuf, Arc<File>), CacheError> {
         let boot = self.boot_id.as_deref().unwrap_or("none");
         fsutil::create_dir_all(&self.dir)?;
         let name = format!("{boot}-{}{SUFFIX}", unique_name(""));
@@ -118,13 +184,13 @@ impl ImportsJournal {
         // The journal's name must survive a power loss too, or the blobs it lists would not be
         // checked. (On ext4 this commit also carries `imports/` itself, made just before.)
         fsutil::fsync_path(&self.dir).map_err(CacheError::io("fsync", &self.dir))?;
-        Ok((path, file))
+        Ok((path, Arc::new(file)))
     }
 
     #[cfg(test)]
     pub(crate) fn own_path(&self) -> Option<PathBuf> {
         let own = self.own.lock().expect("imports journal poisoned");
-        own.as_ref().map(|(p, _)| p.clone())
+        own.file.as_ref().map(|(p, _)| p.clone())
     }
 }
 
@@ -182,6 +248,7 @@ impl Store {
             }
         }
         if !same_boot.is_empty() {
+            let root = self.root.clone();
             let work: Vec<(Foreign, Vec<PathBuf>)> = same_boot
                 .into_iter()
                 .map(|j| {
@@ -194,7 +261,7 @@ impl Store {
                 .name("heddle-imports-sync".into())
                 .spawn(move || {
                     for (journal, blobs) in work {
-                        sync_and_forget(journal, &blobs);
+                        sync_and_forget(journal, &root, &blobs);
                     }
                 });
         }
@@ -271,7 +338,16 @@ fn lock_foreign(path: &Path, wait: bool) -> Result<Option<Foreign>, CacheError> 
 /// and its shard folder, then remove the journal, still holding its lock. Any failure other
 /// than a blob that is gone keeps the journal, so a later open tries again; nothing panics (a
 /// test's temp folder may vanish under this thread).
-fn sync_and_forget(journal: Foreign, blobs: &[PathBuf]) {
+fn sync_and_forget(journal: Foreign, root: &Path, blobs: &[PathBuf]) {
+    // A run's worth of small imports is one `syncfs`, not an fsync per blob and folder.
+    #[cfg(target_os = "linux")]
+    if blobs.len() > super::put::SYNCFS_THRESHOLD {
+        if fsutil::syncfs(root).is_ok() {
+            let _ = fs::remove_file(&journal.path);
+        }
+        return;
+    }
+    let _ = root;
     let mut dirs = BTreeSet::new();
     for p in blobs {
         match fsutil::fsync_path(p) {

@@ -23,8 +23,6 @@ mod imports_journal;
 mod put;
 mod serve;
 
-#[cfg(test)]
-pub(crate) use import::JOURNAL_FROM;
 pub use import::{BlobImport, ImportOutcome};
 
 /// How hard the store works to survive a power loss (a killed process never loses anything

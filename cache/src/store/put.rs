@@ -263,4 +263,4 @@ fn sync_files(root: &Path, files: &[PathBuf], contents_only: &[PathBuf]) -> Resu
 }
 
 #[cfg(target_os = "linux")]
-const SYNCFS_THRESHOLD: usize = 64;
+pub(super) const SYNCFS_THRESHOLD: usize = 64;

@@ -1,11 +1,10 @@
-//! Imports from a remote: a large one is journaled instead of fsynced, and opening the store
-//! deals with the journals others left (a reboot re-hashes, a dead owner's are synced).
+//! Imports from a remote: journaled instead of fsynced, whatever their size, and opening the
+//! store deals with the journals others left (a reboot re-hashes, a dead owner's are synced).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::store::JOURNAL_FROM;
 use crate::{Durability, ImportOutcome, StoreOptions};
 
 const BOOT: &str = "test-boot-a";
@@ -34,7 +33,7 @@ fn import(s: &Store, bytes: &[u8]) -> OutputEntry {
 }
 
 fn large(seed: u8) -> Vec<u8> {
-    big(JOURNAL_FROM as usize + 4096, seed)
+    big(4 * 1024 * 1024 + 4096, seed)
 }
 
 fn journals(root: &Path) -> Vec<PathBuf> {
@@ -87,12 +86,35 @@ fn a_large_import_is_journaled_and_not_fsynced() {
 }
 
 #[test]
-fn a_small_import_joins_the_group_commit() {
+fn a_small_import_is_journaled_too() {
     let dir = tempfile::tempdir().unwrap();
     let s = open_booted(&dir.path().join("store"), BOOT);
-    import(&s, &big(100_000, 2));
-    assert_eq!(s.pending_len(), 1);
-    assert_eq!(s.imports_journal_path(), None);
+    let out = import(&s, &big(100_000, 2));
+    assert_eq!(s.pending_len(), 0);
+    let journal = s.imports_journal_path().expect("a journal");
+    assert_eq!(journal_digests(&journal), [out.digest().to_string()]);
+}
+
+#[test]
+fn concurrent_imports_are_all_journaled() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open_booted(&dir.path().join("store"), BOOT);
+    let outs: Vec<OutputEntry> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..16u8)
+            .map(|i| {
+                let s = &s;
+                scope.spawn(move || import(s, &big(1000 + i as usize, i)))
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let journal = s.imports_journal_path().expect("a journal");
+    let mut listed = journal_digests(&journal);
+    listed.sort();
+    let mut want: Vec<String> = outs.iter().map(|o| o.digest().to_string()).collect();
+    want.sort();
+    assert_eq!(listed, want);
+    assert_eq!(s.pending_len(), 0);
 }
 
 #[test]
@@ -228,4 +250,45 @@ fn a_journal_left_half_created_is_removed_once_stale() {
     drop(f);
     let _s = open_booted(&root, BOOT);
     assert_eq!(journals(&root), [young]);
+}
+
+#[test]
+fn a_fetched_entry_over_journaled_imports_is_recorded_without_a_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    let (good, torn) = {
+        let s = open_booted(&root, BOOT);
+        let good = action("good", "fam", &[("o", import(&s, &big(500, 9)))], 1, 1);
+        let torn = action("torn", "fam", &[("o", import(&s, &big(600, 10)))], 1, 2);
+        s.record_fetched_action(&good).unwrap();
+        s.record_fetched_action(&torn).unwrap();
+        assert_eq!(s.pending_len(), 0);
+        assert_eq!(s.lookup_action(&good.key).unwrap(), Some(good.clone()));
+        assert_eq!(s.actions_in_family("fam").unwrap().len(), 2);
+        // A power loss that kept the blob's size and sentinel mtime but not its bytes.
+        tear(&s.blob_path(&torn.outputs["o"].digest()));
+        (good, torn)
+    };
+    // The next boot re-hashes what the journal lists: the torn blob is a miss, not a hit.
+    let s = open_booted(&root, "test-boot-b");
+    assert_eq!(s.lookup_action(&good.key).unwrap(), Some(good));
+    assert_eq!(s.lookup_action(&torn.key).unwrap(), None);
+}
+
+#[test]
+fn a_fetched_entry_over_a_blob_awaiting_the_group_commit_waits_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open_booted(&dir.path().join("store"), BOOT);
+    let produced = dir.path().join("produced");
+    fs::write(&produced, b"made here, not yet durable").unwrap();
+    let out = s.put_output(&produced).unwrap();
+    assert_eq!(s.pending_len(), 1);
+    let a = action("k", "fam", &[("o", out)], 1, 1);
+    s.record_fetched_action(&a).unwrap();
+    assert_eq!(
+        s.pending_len(),
+        0,
+        "the blob was committed before the entry"
+    );
+    assert_eq!(s.lookup_action(&a.key).unwrap(), Some(a));
 }
