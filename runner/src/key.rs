@@ -489,6 +489,17 @@ outputs = { a = "a.txt" }
             let inst = &plan.instances[id];
             let inputs = resolve_inputs(ctx, id, &done).expect("inputs resolve");
             let parts = KeyParts::for_instance(ctx, id, &inputs);
+            // A run keys the borrowed view, a miss stores the owned parts: the pins below hold
+            // for both only if they print the same bytes. (`for_instance` checks it too, but
+            // with a `debug_assert`, which the release test build CI runs leaves out.)
+            let launch = Launch::for_instance(ctx, id);
+            let view = KeyView::for_launch(ctx, id, &inputs, &launch);
+            assert_eq!(
+                view.digest_and_text().1.get(),
+                parts.digest_and_text().1.get(),
+                "{}: the view and the parts print different keys",
+                inst.label
+            );
             out.push((
                 inst.label.clone(),
                 parts.digest().to_string(),
