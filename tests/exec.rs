@@ -6,7 +6,7 @@ use crate::support;
 
 use support::assert_contains;
 use support::fill;
-use support::process::{assert_gone, wait_for_pid};
+use support::process::{assert_gone, wait_ended, wait_for_pid};
 use support::{instance, Project};
 
 /// Shell-form commands run without `sh` when they need none; the result must be what `sh -c`
@@ -75,4 +75,38 @@ fn kill_9_of_heddle_kills_the_running_stage_groups() {
     child.kill().unwrap();
     child.wait().unwrap();
     assert_gone(&pid, "the stage's `sleep` after heddle's kill -9");
+}
+
+/// The first stage of a run kills heddle at once: the watchdog must already be running when
+/// that stage starts (it was once forked only after the first spawn, leaving a window in which
+/// a `kill -9` left the stage running).
+#[cfg(target_os = "linux")]
+#[test]
+fn kill_9_of_heddle_by_its_first_stage_still_kills_that_stage() {
+    let p = Project::new();
+    let pidfile = p.path("pid");
+    p.file(
+        "p.toml",
+        &format!(
+            "[pipeline]\nname = \"suicide\"\n[stages.s]\nrun = \"sleep 300 & echo $! > '{}'; kill -9 $PPID; wait\"\noutputs = {{ o = \"o\" }}\n",
+            pidfile.display()
+        ),
+    );
+    let mut child = p.spawn_run("p.toml", &[]);
+    // The stage writes the pid before it kills heddle, so heddle's end means the pid is there.
+    let status = wait_ended(
+        &mut child,
+        std::time::Duration::from_secs(60),
+        "the suicidal run",
+    );
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL),
+        "{status}"
+    );
+    let pid = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert_gone(&pid, "the first stage's `sleep` after it killed heddle");
 }

@@ -346,6 +346,8 @@ impl Group {
     fn spawn(mut cmd: tokio::process::Command) -> std::io::Result<Group> {
         cmd.process_group(0);
         #[cfg(target_os = "linux")]
+        super::reaper::arm();
+        #[cfg(target_os = "linux")]
         let child = super::contain::spawn_leader(&mut cmd)?;
         #[cfg(not(target_os = "linux"))]
         let child = cmd.spawn()?;

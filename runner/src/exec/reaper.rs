@@ -7,7 +7,7 @@
 //! Without it stages start through `posix_spawn` (`vfork`-like). It also only reached the
 //! group's leader, not the commands the leader started.
 //!
-//! The watchdog is a child forked once, on the first stage spawn. It holds the read end of a
+//! The watchdog is a child forked once, before the first stage spawn. It holds the read end of a
 //! socket pair; heddle sends it `+pgid` when a group starts and `-pgid` once the group is gone.
 //! When the socket reports end of file (heddle is gone, however it died) it sends SIGKILL to
 //! every group still registered and exits. The child runs only async-signal-safe system
@@ -29,6 +29,15 @@ static SENDER: OnceLock<Option<Mutex<i32>>> = OnceLock::new();
 
 fn sender() -> Option<&'static Mutex<i32>> {
     SENDER.get_or_init(start).as_ref()
+}
+
+/// Start the watchdog if it is not running yet. Called before a stage is spawned, never
+/// after: a stage that starts before the watchdog exists is covered by nothing if heddle dies
+/// in between (the fork takes milliseconds on a large heddle, ample time for a stage to start
+/// and for a `kill -9` to land). Once the watchdog runs, a stage not registered yet is still
+/// found by its stage token when heddle dies.
+pub fn arm() {
+    sender();
 }
 
 /// Register a running process group.
