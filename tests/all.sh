@@ -97,7 +97,9 @@ echo "== cargo test"
 status=0
 cargo test --workspace --release --no-fail-fast -- --skip cluster_slurm:: 2>&1 | tee target/cargo-test.log || status=1
 echo "== cargo test: the SLURM cluster tests, alone"
-cargo test --release --no-fail-fast --test suite cluster_slurm:: 2>&1 | tee -a target/cargo-test.log || status=1
+# --workspace as above: the same feature set, so the suite binary built above is reused (without
+# it cargo unifies features for the root package alone and rebuilds every crate that differs).
+cargo test --workspace --release --no-fail-fast --test suite cluster_slurm:: 2>&1 | tee -a target/cargo-test.log || status=1
 ((status == 0))
 [[ -f target/corpus.md ]] && cat target/corpus.md
 echo "== pytest (stage scripts)"
