@@ -55,13 +55,15 @@ pub async fn run(
     mut on_line: impl FnMut(String) + Send + 'static,
 ) -> Result<ExecOutcome, ExecError> {
     let (tx, mut rx) = unbounded_channel::<String>();
-    let forward = tokio::spawn(async move {
+    // Forwarded in this task, beside the execution: a task spawned for it was a spawn, a
+    // wake-up and a join per executed stage, most of which print nothing. It ends when the
+    // executor has dropped every sender, as the spawned task did.
+    let forward = async move {
         while let Some(line) = rx.recv().await {
             on_line(line);
         }
-    });
-    let outcome = exec.execute(req, tx, cancel).await;
-    let _ = forward.await;
+    };
+    let (outcome, ()) = tokio::join!(exec.execute(req, tx, cancel), forward);
     outcome
 }
 

@@ -210,30 +210,44 @@ async fn run(
     })?;
     let (out, err) = child.take_streams();
     let stop_reading = CancellationToken::new();
-    // A stream redirected to a file (`cat a > o`: stdout) has no pump: a task spawned only to
-    // return at once was a task and a wake-up per stage (benches/RESULTS.md, M15).
-    let t_out = out.map(|out| {
-        tokio::spawn(pump(
-            Some(out),
-            req.stdout_log.clone(),
-            lines.clone(),
-            stop_reading.clone(),
-            req.mask.stream(),
-        ))
-    });
-    let t_err = err.map(|err| {
-        tokio::spawn(pump(
-            Some(err),
-            req.stderr_log.clone(),
-            lines,
-            stop_reading.clone(),
-            req.mask.stream(),
-        ))
-    });
-    let outcome = wait(&mut child, &req, &cancel, &program).await?;
-    #[cfg(target_os = "linux")]
-    token.sweep().await;
-    drain(t_out, t_err, stop_reading, &req.label).await?;
+    // Both streams are pumped in this task, beside the wait: a task spawned per stream was a
+    // spawn, a wake-up and a join per stage. A stream redirected to a file (`cat a > o`:
+    // stdout) has no pump ([`pump`] returns at once).
+    let out = pump(
+        out,
+        req.stdout_log.clone(),
+        lines.clone(),
+        stop_reading.clone(),
+        req.mask.stream(),
+    );
+    let err = pump(
+        err,
+        req.stderr_log.clone(),
+        lines,
+        stop_reading.clone(),
+        req.mask.stream(),
+    );
+    let pumps = async { tokio::join!(out, err) };
+    let ended = async {
+        let outcome = wait(&mut child, &req, &cancel, &program).await;
+        #[cfg(target_os = "linux")]
+        token.sweep().await;
+        outcome
+    };
+    let (mut pumps, mut ended) = (std::pin::pin!(pumps), std::pin::pin!(ended));
+    let mut pumped = None;
+    let outcome = loop {
+        tokio::select! {
+            outcome = &mut ended => break outcome?,
+            r = &mut pumps, if pumped.is_none() => pumped = Some(r),
+        }
+    };
+    let (r_out, r_err) = match pumped {
+        Some(r) => r,
+        None => drain(pumps, stop_reading, &req.label).await,
+    };
+    r_out?;
+    r_err?;
     Ok(outcome)
 }
 
@@ -289,38 +303,20 @@ async fn wait(
     })
 }
 
-/// Let the log pumps finish, for at most [`DRAIN`], and pass on the first error either had.
-async fn drain(
-    t_out: Option<tokio::task::JoinHandle<Result<(), ExecError>>>,
-    t_err: Option<tokio::task::JoinHandle<Result<(), ExecError>>>,
+/// Let the log pumps finish, for at most [`DRAIN`] after the stage's processes are gone.
+async fn drain<T>(
+    mut pumps: std::pin::Pin<&mut impl std::future::Future<Output = T>>,
     stop_reading: CancellationToken,
     label: &str,
-) -> Result<(), ExecError> {
-    async fn join(
-        t: Option<tokio::task::JoinHandle<Result<(), ExecError>>>,
-    ) -> Result<Result<(), ExecError>, tokio::task::JoinError> {
-        match t {
-            Some(t) => t.await,
-            None => Ok(Ok(())),
-        }
-    }
-    let mut both = std::pin::pin!(async { tokio::join!(join(t_out), join(t_err)) });
-    let (r_out, r_err) = tokio::select! {
-        r = &mut both => r,
+) -> T {
+    tokio::select! {
+        r = &mut pumps => r,
         _ = tokio::time::sleep(DRAIN) => {
             tracing::debug!(label = %label, "stopped reading pipes still held open");
             stop_reading.cancel();
-            both.await
-        }
-    };
-    for r in [r_out, r_err] {
-        match r {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(e) => return Err(ExecError::LogTask(e)),
+            pumps.await
         }
     }
-    Ok(())
 }
 
 /// A stage's process group. On unix it is started with `process_group(0)` and nothing else

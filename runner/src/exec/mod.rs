@@ -143,8 +143,6 @@ pub enum ExecError {
         #[source]
         source: std::io::Error,
     },
-    #[error("log task failed")]
-    LogTask(#[source] tokio::task::JoinError),
     /// An executor's own failure, of a kind the ones here do not have: the cluster driver's
     /// (`cluster::error::ClusterError`: a job that cannot be submitted, lost too often).
     /// Boxed, as `exec` sits below the executors that implement its trait elsewhere.

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use heddle_cache::{error_chain, OutputEntry};
@@ -24,10 +25,11 @@ use super::outcome::{cancelled, failed, heddle_error};
 use super::{blocking, Event, Inst, Note};
 
 /// Run instance `i.id` once: its stored outputs, or how it failed. `holds` names the lock
-/// containers of the engine-wide units held for it.
+/// containers of the engine-wide units held for it. The inputs are shared, not cloned, with
+/// the blocking pool that lays them out and checks them.
 pub(super) async fn attempt_once(
     i: Inst<'_>,
-    inputs: &BTreeMap<String, Resolved>,
+    inputs: &Arc<BTreeMap<String, Resolved>>,
     launch: &Launch,
     exec: &dyn Executor,
     record: &mut InstanceRecord,
@@ -79,22 +81,51 @@ pub(super) async fn attempt_once(
 /// A sandbox from the pool with the inputs laid out in it.
 async fn open_sandbox(
     i: Inst<'_>,
-    inputs: &BTreeMap<String, Resolved>,
+    inputs: &Arc<BTreeMap<String, Resolved>>,
 ) -> Result<Sandbox, SandboxError> {
     let in_names: Vec<String> = inputs.keys().cloned().collect();
     let out_names: Vec<String> = i.stage.outputs.keys().cloned().collect();
     let (pool, store, ins) = (
         i.sh.sandboxes.clone(),
         i.sh.ctx.store.clone(),
-        inputs.clone(),
+        Arc::clone(inputs),
     );
-    // One trip to the blocking pool for both: each hand-off is two thread switches per stage.
-    blocking(move || {
+    let open = move || {
         let sandbox = pool.acquire(&in_names, &out_names)?;
         lay_out(&store, sandbox.path(), &ins)?;
         Ok(sandbox)
-    })
-    .await
+    };
+    // A few hard links and folder checks cost less than a trip to the blocking pool (two
+    // thread switches on the chain's critical path, per stage), as a cache hit's restore does;
+    // copies of repo files, folders and gathers still go there. The reset also empties what the
+    // sandbox's previous stage left in `work/`, usually nothing.
+    if lays_out_quickly(inputs) {
+        open()
+    } else {
+        blocking(open).await
+    }
+}
+
+/// At most this many inputs are laid out without the blocking pool.
+const QUICK_INPUTS: usize = 8;
+
+/// Whether laying out `inputs` is a few system calls: each is one upstream file that is not
+/// executable, which [`heddle_cache::Store::link_into`] hard-links from the store (an
+/// executable is copied).
+fn lays_out_quickly(inputs: &BTreeMap<String, Resolved>) -> bool {
+    inputs.len() <= QUICK_INPUTS
+        && inputs.values().all(|r| {
+            matches!(
+                r,
+                Resolved::One {
+                    entry: OutputEntry::File {
+                        executable: false,
+                        ..
+                    },
+                    ..
+                }
+            )
+        })
 }
 
 /// The execution request: the command rendered for the executor's layout, its environment,
@@ -212,7 +243,7 @@ fn read_facts(
 /// laid them out; the sandbox goes back to its pool after.
 async fn check_and_collect(
     i: Inst<'_>,
-    inputs: &BTreeMap<String, Resolved>,
+    inputs: &Arc<BTreeMap<String, Resolved>>,
     sandbox: Sandbox,
     mask: heddle_containers::Mask,
 ) -> Result<crate::outputs::Collected, execution::Refused> {
@@ -220,7 +251,7 @@ async fn check_and_collect(
     let (store, stats, ins) = (
         i.sh.ctx.store.clone(),
         i.sh.ctx.stats.clone(),
-        inputs.clone(),
+        Arc::clone(inputs),
     );
     let stage = i.stage;
     let files = stage.outputs.clone();

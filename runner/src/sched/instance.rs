@@ -57,7 +57,7 @@ pub(super) async fn process(i: Inst<'_>, inputs: BTreeMap<String, Resolved>) -> 
     );
     // Boxed: a task's future is allocated whole when it is spawned, and every ready instance
     // is spawned at once (a whole matrix, in a no-op run), though most end in the hit above.
-    Box::pin(miss(i, inputs, launch, parts, key, record, t0)).await
+    Box::pin(miss(i, Arc::new(inputs), launch, parts, key, record, t0)).await
 }
 
 /// An instance the cache could not serve: why it runs, its resources, single flight, the
@@ -65,7 +65,7 @@ pub(super) async fn process(i: Inst<'_>, inputs: BTreeMap<String, Resolved>) -> 
 #[allow(clippy::too_many_arguments)] // the instance's state so far, each computed once
 async fn miss(
     i: Inst<'_>,
-    inputs: BTreeMap<String, Resolved>,
+    inputs: Arc<BTreeMap<String, Resolved>>,
     launch: Launch,
     parts: KeyParts,
     key: Digest,
@@ -287,7 +287,7 @@ async fn single_flight(i: Inst<'_>, key: &Digest) -> Result<Option<KeyLock>, Sta
 /// and time it in the record. `holds` names the engine-wide units' lock containers held for it.
 async fn execute(
     i: Inst<'_>,
-    inputs: &BTreeMap<String, Resolved>,
+    inputs: &Arc<BTreeMap<String, Resolved>>,
     launch: &Launch,
     record: &mut InstanceRecord,
     t0: Duration,
