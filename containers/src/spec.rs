@@ -23,17 +23,20 @@ pub enum PullPolicy {
     Always,
 }
 
+/// A pull policy that is none of `never`, `missing`, `always`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown pull policy {0:?}: expected \"never\", \"missing\" or \"always\"")]
+pub struct UnknownPullPolicy(pub String);
+
 impl FromStr for PullPolicy {
-    type Err = String;
+    type Err = UnknownPullPolicy;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "never" => Ok(PullPolicy::Never),
             "missing" => Ok(PullPolicy::Missing),
             "always" => Ok(PullPolicy::Always),
-            other => Err(format!(
-                "unknown pull policy {other:?}: expected \"never\", \"missing\" or \"always\""
-            )),
+            other => Err(UnknownPullPolicy(other.to_string())),
         }
     }
 }

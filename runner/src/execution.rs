@@ -24,6 +24,7 @@ use crate::exec::failure::{classify, Failure};
 use crate::exec::{Cancel, ExecError, ExecOutcome, ExecRequest, Executor};
 use crate::outputs::{collect, Collected};
 use crate::record::ErrorClass;
+use crate::sandbox::SandboxError;
 
 /// Where a stage may name its own failure (`$HEDDLE_ERROR_FILE`), under its sandbox.
 pub fn error_file(sandbox: &Path) -> PathBuf {
@@ -121,14 +122,14 @@ pub fn check_and_collect(
     stats: &StatCache,
     sandbox: &Path,
     what: &Collect<'_>,
-    inputs_intact: impl FnOnce() -> Result<(), String>,
+    inputs_intact: impl FnOnce() -> Result<(), SandboxError>,
 ) -> Result<Collected, Refused> {
     // A host stage sees its inputs as hard links to blobs: a write through one (as root the
     // read-only mode does not stop it) must fail this stage and every stage that held the
     // blob, before any of them stores a result.
-    inputs_intact().map_err(|message| Refused {
+    inputs_intact().map_err(|e| Refused {
         class: ErrorClass::InputModified,
-        message,
+        message: heddle_cache::error_chain(&e),
     })?;
     if let Some(name) = crate::secrets::output_holding(sandbox, what.files, what.mask) {
         return Err(Refused {

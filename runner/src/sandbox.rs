@@ -373,6 +373,12 @@ pub enum SandboxError {
         #[source]
         source: heddle_cache::CacheError,
     },
+    /// On a cluster node the inputs arrive as one bundle, checked as a whole.
+    #[error("an input was modified while the stage ran; inputs must be treated as read-only")]
+    InputsModified {
+        #[source]
+        source: heddle_cache::CacheError,
+    },
 }
 
 #[cfg(test)]

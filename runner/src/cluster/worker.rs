@@ -30,6 +30,7 @@ use crate::exec::{
 use crate::execution;
 use crate::model::ByteSize;
 use crate::render::Command;
+use crate::sandbox::SandboxError;
 use crate::shared_cache::SharedCache;
 
 /// What the worker runs against: the node's store and the shared cache.
@@ -256,10 +257,9 @@ impl Worker {
         let stats = StatCache::load(&dir.join("stat-cache"));
         let outputs = tokio::task::spawn_blocking(move || {
             let intact = || match &ins {
-                Some(e) => store.check_fed(e).map_err(|e| format!(
-                    "an input was modified while the stage ran; inputs must be treated as read-only: {}",
-                    error_chain(&e)
-                )),
+                Some(e) => store
+                    .check_fed(e)
+                    .map_err(|source| SandboxError::InputsModified { source }),
                 None => Ok(()),
             };
             let what = execution::Collect {

@@ -264,7 +264,7 @@ async fn check_and_collect(
             mask: &mask,
             secret_names: &secret_names,
         };
-        let intact = || check_inputs(&store, &ins).map_err(|e| error_chain(&e));
+        let intact = || check_inputs(&store, &ins);
         let collected = execution::check_and_collect(&store, &stats, sandbox.path(), &what, intact);
         drop(sandbox);
         collected
