@@ -13,6 +13,10 @@
 //! - cancel: `DELETE` each Job with `propagationPolicy: Background` (its pod goes with it).
 //! - sweep: one `DELETE` of the collection labelled with the run.
 //!
+//! Jobs travel as [`DynamicObject`]s, not k8s-openapi's typed `Job`: heddle writes the manifest
+//! as JSON and reads only the metadata and `status`, and the typed Job's serde code (its pod
+//! template, containers, volumes) was about 1 MB of the binary (benches/RESULTS.md, M22).
+//!
 //! No API server can run where this was written: the sequence is tested against kube's mock
 //! service (the tests below), never against a real cluster.
 
@@ -22,8 +26,10 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::TryStreamExt;
-use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
+use k8s_openapi::api::batch::v1::Job as TypedJob;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams, WatchEvent, WatchParams,
+};
 use kube::Client;
 
 use super::engine::{Engine, EngineError, JobRow, JobState, Submission, Submitted};
@@ -34,6 +40,9 @@ use crate::hosts::KubeCluster;
 const MANAGED: &str = "app.kubernetes.io/managed-by=heddle";
 
 const CONFIG: &str = "load a Kubernetes config (KUBECONFIG, ~/.kube/config, or in a pod)";
+
+/// A Job as the API server sends it: its metadata, and the rest as JSON.
+type Job = DynamicObject;
 
 /// How long a failed list or watch waits before the next try.
 const RETRY_AFTER: Duration = Duration::from_secs(2);
@@ -120,7 +129,13 @@ impl Kubernetes {
                 Client::try_from(config).map_err(|e| api_error("make a Kubernetes client", &e))
             })
             .await?;
-        Ok(Api::namespaced(client.clone(), &self.settings.namespace))
+        // batch/v1 jobs, named from k8s-openapi's constants (no serde code comes with them).
+        let jobs = ApiResource::erase::<TypedJob>(&());
+        Ok(Api::namespaced_with(
+            client.clone(),
+            &self.settings.namespace,
+            &jobs,
+        ))
     }
 
     fn pod_job(&self, s: &Submission) -> PodJob {
@@ -393,8 +408,7 @@ fn uid_of(job: &Job) -> String {
 }
 
 fn status_of(job: &Job) -> JobState {
-    let status = serde_json::to_value(&job.status).unwrap_or_default();
-    job_state(&status)
+    job_state(job.data.get("status").unwrap_or(&serde_json::Value::Null))
 }
 
 fn api_error(op: &str, e: &dyn std::error::Error) -> EngineError {

@@ -304,3 +304,14 @@ async fn cancel_deletes_each_job_in_the_background_and_sweep_deletes_the_run() {
     got.unwrap();
     assert_eq!(body, background);
 }
+
+/// Jobs go out as JSON (`DynamicObject`), so nothing in the binary checks the manifest against
+/// the batch/v1 schema: this test does, with k8s-openapi's typed Job, which must read every
+/// field of the manifest and write the same document back.
+#[tokio::test]
+async fn the_manifest_is_a_batch_v1_job_that_the_typed_schema_reads_whole() {
+    let (k, _server) = engine();
+    let manifest = job_manifest(&k.pod_job(&submission()));
+    let typed: TypedJob = serde_json::from_value(manifest.clone()).expect("a batch/v1 Job");
+    assert_eq!(serde_json::to_value(&typed).unwrap(), manifest);
+}
