@@ -45,12 +45,14 @@ if [[ ${PEERS_NO_BUILD:-} == 1 ]]; then
     done
     exec "$work/venv/bin/python" "$here/bench.py" --repo "$repo" --work "$work" "$@"
 fi
+# One cargo call over the workspace: features resolve as for `cargo test --workspace`, so CI
+# reuses what the tests built instead of compiling crates again under other feature sets.
+targets=(--example hash_bench --example overhead)
 if [[ -z ${HEDDLE_BIN:-} ]]; then
-    (cd "$repo" && cargo build --release --quiet --bin heddle)
+    targets+=(--bin heddle)
     HEDDLE_BIN=$repo/target/release/heddle
 fi
-(cd "$repo" && cargo build --release --quiet -p heddle-cache --example hash_bench \
-    && cargo build --release --quiet -p heddle-containers --example overhead)
+(cd "$repo" && cargo build --release --quiet --workspace "${targets[@]}")
 cp -f "$HEDDLE_BIN" "$work/bin/heddle.new" && mv -f "$work/bin/heddle.new" "$work/bin/heddle"
 for ex in hash_bench overhead; do
     cp -f "$repo/target/release/examples/$ex" "$work/bin/$ex.new" && mv -f "$work/bin/$ex.new" "$work/bin/$ex"
