@@ -15,7 +15,7 @@
 //!
 //! Jobs travel as [`DynamicObject`]s, not k8s-openapi's typed `Job`: heddle writes the manifest
 //! as JSON and reads only the metadata and `status`, and the typed Job's serde code (its pod
-//! template, containers, volumes) was about 1 MB of the binary (benches/RESULTS.md, M22).
+//! template, containers, volumes) was about 2 MB of the binary (benches/RESULTS.md, M22).
 //!
 //! No API server can run where this was written: the sequence is tested against kube's mock
 //! service (the tests below), never against a real cluster.
