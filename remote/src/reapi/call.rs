@@ -48,13 +48,20 @@ impl CallSite<'_> {
         let mut delay = RETRY_MIN_DELAY;
         let mut tries = 0;
         loop {
-            let failure = match tokio::time::timeout(limit, attempt()).await {
+            let (failure, busy) = match tokio::time::timeout(limit, attempt()).await {
                 Ok(Ok(value)) => return Ok(value),
                 Ok(Err(status)) if !is_transient(status.code()) => return Err(self.error(status)),
-                Ok(Err(status)) => self.error(status),
-                Err(_) => self.timeout(limit),
+                Ok(Err(status)) => {
+                    let busy = status.code() == Code::ResourceExhausted;
+                    (self.error(status), busy)
+                }
+                Err(_) => (self.timeout(limit), false),
             };
-            if tries == self.timeouts.retries {
+            let allowed = match busy {
+                true => self.timeouts.retries.max(BUSY_RETRIES),
+                false => self.timeouts.retries,
+            };
+            if tries >= allowed {
                 return Err(failure);
             }
             tries += 1;
@@ -82,6 +89,13 @@ impl CallSite<'_> {
         Ok(answer.into_inner())
     }
 }
+
+/// How many times in all a call refused with `RESOURCE_EXHAUSTED` is tried, at least: the
+/// server answered at once and asked to be called again later (its pool of calls is full:
+/// BuildGrid's "Concurrent RPC limit exceeded!"), which is not the remote being down. Three
+/// quick retries (~0.7 s) were not enough for BuildGrid on a loaded 2-core machine in CI
+/// (2026-12-07), and the refusal turned the remote off for the run; ten wait ~6 s in all.
+const BUSY_RETRIES: usize = 10;
 
 /// A request carrying the deadline to the server too, so it can drop work nobody waits for.
 fn request<T>(message: T, timeouts: Timeouts) -> tonic::Request<T> {
@@ -127,4 +141,65 @@ fn jittered(delay: Duration) -> Duration {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     delay.mul_f64(0.5 + f64::from(nanos % 1000) / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    fn site() -> CallSite<'static> {
+        CallSite {
+            op: "read action entry",
+            object: "k",
+            remote: "grpc://127.0.0.1:1",
+            timeouts: Timeouts::default(),
+        }
+    }
+
+    /// Calls `retrying` with an attempt that fails `fails` times with `code`, then answers;
+    /// what it returned and how many attempts it made.
+    async fn fail_then_answer(code: Code, fails: usize) -> (Result<u8, RemoteError>, usize) {
+        let attempts = AtomicUsize::new(0);
+        let got = site()
+            .retrying(|| {
+                let n = attempts.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    match n < fails {
+                        true => Err(Status::new(code, "no")),
+                        false => Ok(7),
+                    }
+                }
+            })
+            .await;
+        (got, attempts.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn a_busy_server_is_asked_again_past_the_usual_retries() {
+        let (got, attempts) = fail_then_answer(Code::ResourceExhausted, 6).await;
+        assert_eq!((got.ok(), attempts), (Some(7), 7));
+    }
+
+    #[tokio::test]
+    async fn a_busy_server_that_stays_busy_is_an_error_after_the_busy_retries() {
+        let (got, attempts) = fail_then_answer(Code::ResourceExhausted, usize::MAX).await;
+        assert!(got.unwrap_err().is_unavailable());
+        assert_eq!(attempts, BUSY_RETRIES + 1);
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_server_costs_the_usual_retries_only() {
+        let (got, attempts) = fail_then_answer(Code::Unavailable, usize::MAX).await;
+        assert!(got.unwrap_err().is_unavailable());
+        assert_eq!(attempts, Timeouts::default().retries + 1);
+    }
+
+    #[tokio::test]
+    async fn an_answer_about_the_object_is_not_retried() {
+        let (got, attempts) = fail_then_answer(Code::NotFound, usize::MAX).await;
+        assert!(!got.unwrap_err().is_unavailable());
+        assert_eq!(attempts, 1);
+    }
 }
