@@ -9,15 +9,22 @@
 #   bash benches/remote/noop.sh            N=1000 ROUNDS=3 bash benches/remote/noop.sh
 # SERVER=nginx runs against nginx over WebDAV instead of moto over S3 (nginx spends almost no
 # CPU per request; moto, in Python, spends milliseconds). BEFORE=/path/to/an/older/heddle adds
-# its remote-only no-op to every round, interleaved, for a before/after in one run.
+# its remote-only no-op to every round, interleaved, for a before/after in one run. TRACE=DIR
+# runs one more remote-only no-op at the end under `strace -f -c -w` and `strace -f -T -e
+# trace=fdatasync,fsync` (files in DIR), for where a hit's time goes; it is not timed.
 # Wall time on a shared machine is noisy: rounds are interleaved and medians reported.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 N=${N:-1000}
 ROUNDS=${ROUNDS:-3}
-cargo build --release --quiet --bin heddle
-bin="${CARGO_TARGET_DIR:-$root/target}/release/heddle"
+# HEDDLE=/path/to/heddle measures that binary instead of building this checkout's.
+if [[ -n ${HEDDLE:-} ]]; then
+  bin=$(realpath "$HEDDLE")
+else
+  cargo build --release --quiet --bin heddle
+  bin="${CARGO_TARGET_DIR:-$root/target}/release/heddle"
+fi
 # shellcheck source=benches/remote/moto.sh
 source benches/remote/moto.sh
 SERVER=${SERVER:-moto}
@@ -84,6 +91,14 @@ for i in $(seq "$ROUNDS"); do
   curl_t+=("$(echo "$t1 - $t0" | bc)")
   echo "round $i: local no-op ${local_t[-1]} s, remote-only no-op ${remote_t[-1]} s${BEFORE:+, before ${before_t[-1]} s}, curl transfer ${curl_t[-1]} s" >&2
 done
+if [[ -n ${TRACE:-} ]]; then
+  mkdir -p "$TRACE"
+  rm -rf "$proj/out" "$work/empty-cache"
+  (cd "$proj" && strace -f -c -w -o "$TRACE/summary.txt" "$bin" --cache-dir "$work/empty-cache" run -j 2 p.toml >/dev/null 2>&1)
+  rm -rf "$proj/out" "$work/empty-cache"
+  (cd "$proj" && strace -f -tt -T -e trace=fdatasync,fsync,renameat2,rename -o "$TRACE/syncs.txt" "$bin" --cache-dir "$work/empty-cache" run -j 2 p.toml >/dev/null 2>&1)
+  echo "strace output in $TRACE" >&2
+fi
 l=$(median "${local_t[@]}"); r=$(median "${remote_t[@]}"); c=$(median "${curl_t[@]}")
 echo "no-op of $((N + 1)) instances against $SERVER, median of $ROUNDS; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-44s %8.2f s\n' "local cache, every instance cached" "$l"

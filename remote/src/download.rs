@@ -385,7 +385,7 @@ impl Fetch<'_> {
             return Err(self.missing(digest));
         };
         let body = self.bounded(body, digest, size);
-        let got = import_stream(self.remote, self.local, digest, body).await?;
+        let got = import_stream(self.remote, self.local, digest, body, size).await?;
         if got != size {
             return Err(self.bad(format!("it gives blob {digest} {size} bytes; it has {got}")));
         }
@@ -426,7 +426,7 @@ impl Fetch<'_> {
         let size = bytes.len() as u64;
         let stream: BlobStream = Box::pin(futures_util::stream::iter([Ok(Bytes::from(bytes))]));
         let body = self.bounded(stream, digest, size);
-        import_stream(self.remote, self.local, digest, body).await?;
+        import_stream(self.remote, self.local, digest, body, size).await?;
         self.report.blobs_fetched += 1;
         self.report.bytes_fetched += size;
         Ok(entries)
@@ -464,12 +464,35 @@ impl Fetch<'_> {
 /// batches between them (memory stays flat), and the import hashes a large blob on a thread
 /// of its own. Done one after the other, the hash and the write halved the throughput of a
 /// large hit.
+///
+/// A blob the entry says is at most [`WRITE_BATCH`] bytes (`size`; the body is cut off past
+/// it) is gathered in memory instead and imported in one blocking call: one hand-off to the
+/// blocking pool where the streaming path takes three, which is most of what a remote no-op of
+/// small outputs spends besides the requests (benches/RESULTS.md, issue 28 item 4).
 async fn import_stream(
     remote: &dyn RemoteBackend,
     local: &Arc<Store>,
     digest: Digest,
     mut body: BoundedBody,
+    size: u64,
 ) -> Result<u64, RemoteError> {
+    if size <= WRITE_BATCH as u64 {
+        let mut chunks: Vec<Bytes> = Vec::new();
+        while let Some(chunk) = body.next().await? {
+            chunks.push(chunk);
+        }
+        let store = local.clone();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let mut import = store.start_blob_import(digest)?;
+            import.write_batch(chunks)?;
+            store.import_verified_blob(import)
+        })
+        .await??;
+        return match outcome {
+            ImportOutcome::Stored { size } => Ok(size),
+            ImportOutcome::Mismatch { actual, size } => Err(corrupt(remote, digest, actual, size)),
+        };
+    }
     let import = local.start_blob_import(digest)?;
     let (batches, mut arriving) = tokio::sync::mpsc::channel::<Vec<Bytes>>(BATCHES_IN_FLIGHT);
     let writer = tokio::task::spawn_blocking(move || {

@@ -44,41 +44,41 @@ pub async fn case_round_trip(remote: Arc<dyn RemoteBackend>) {
 }
 
 /// A blob overwritten on the server with other bytes of the same length is detected by
-/// hash, never reaches the second store, and the entry is not recorded there.
-pub async fn case_corrupt_blob(
-    remote: Arc<dyn RemoteBackend>,
-    corrupt: impl FnOnce(Digest, Vec<u8>),
-) {
-    let (_a, entry) = pushed_action(&*remote, 2, 200_000).await;
-    let OutputEntry::File { digest, size, .. } = entry.outputs["model"] else {
-        panic!("model is a file")
-    };
-    let mut evil = pseudo_random(99, size as usize);
-    evil[0] ^= 1;
-    corrupt(digest, evil);
+/// hash, never reaches the second store, and the entry is not recorded there. Both import
+/// paths: a small blob gathered in memory, and one over 1 MiB streamed in batches.
+pub async fn case_corrupt_blob(remote: Arc<dyn RemoteBackend>, corrupt: impl Fn(Digest, Vec<u8>)) {
+    for (seed, len) in [(2, 200_000), (3, 3 * 1024 * 1024 + 5)] {
+        let (_a, entry) = pushed_action(&*remote, seed, len).await;
+        let OutputEntry::File { digest, size, .. } = entry.outputs["model"] else {
+            panic!("model is a file")
+        };
+        let mut evil = pseudo_random(99, size as usize);
+        evil[0] ^= 1;
+        corrupt(digest, evil);
 
-    let b = local();
-    let err = fetch_action(&*remote, b.store.clone(), entry.key, &rules(), None)
-        .await
-        .unwrap_err();
-    match &err {
-        RemoteError::CorruptBlob {
-            digest: d, size: s, ..
-        } => {
-            assert_eq!((*d, *s), (digest, size));
+        let b = local();
+        let err = fetch_action(&*remote, b.store.clone(), entry.key, &rules(), None)
+            .await
+            .unwrap_err();
+        match &err {
+            RemoteError::CorruptBlob {
+                digest: d, size: s, ..
+            } => {
+                assert_eq!((*d, *s), (digest, size), "{len} bytes");
+            }
+            other => panic!("{len} bytes: expected CorruptBlob, got {other:?}"),
         }
-        other => panic!("expected CorruptBlob, got {other:?}"),
+        assert!(err.to_string().starts_with(&format!(
+            "failed to verify blob {digest} from remote cache "
+        )));
+        assert!(!b.store.has_blob(&digest));
+        assert!(b.store.lookup_action(&entry.key).unwrap().is_none());
+        assert!(
+            tmp_leftovers(&b.store).is_empty(),
+            "{:?}",
+            tmp_leftovers(&b.store)
+        );
     }
-    assert!(err.to_string().starts_with(&format!(
-        "failed to verify blob {digest} from remote cache "
-    )));
-    assert!(!b.store.has_blob(&digest));
-    assert!(b.store.lookup_action(&entry.key).unwrap().is_none());
-    assert!(
-        tmp_leftovers(&b.store).is_empty(),
-        "{:?}",
-        tmp_leftovers(&b.store)
-    );
 }
 
 /// Two writers push the same action at once, each from its own store and client: both
