@@ -75,6 +75,24 @@ fn interval(p: &Project, name: &str) -> (f64, f64) {
     (at("start"), at("end"))
 }
 
+/// Wait until a stage container holding `pool`'s unit 0 runs (its `heddle.holds` label).
+fn wait_for_stage_of(pool: &str, holder: &mut Child) {
+    let label = format!("label=heddle.holds.heddle-unit-{pool}-0=true");
+    wait_for(
+        "the holder's stage container",
+        Duration::from_secs(30),
+        || {
+            assert!(
+                holder.try_wait().unwrap().is_none(),
+                "the holder ended first"
+            );
+            let running =
+                docker::cli(&["ps", "-q", "--filter", &label, "--filter", "status=running"]);
+            !running.trim().is_empty()
+        },
+    );
+}
+
 /// The lock containers of `pool` on the engine, running or not: `name id` lines.
 fn lock_containers(pool: &str) -> Vec<String> {
     let out = docker::cli(&[
@@ -233,6 +251,9 @@ fn a_unit_lost_by_its_holder_is_reported_and_its_stage_still_ends_first() {
     let b = device_project(&tcp, &pool, "lost-b", "0");
     let mut ra = spawn_run(&a);
     wait_for_lock(&pool, &mut ra);
+    // a's stage container is running before its unit is taken: taken between a's lock and
+    // its stage's start, b would find nothing to wait for (CI saw that once under load).
+    wait_for_stage_of(&pool, &mut ra);
     let mut rb = spawn_run(&b);
     // b is waiting for the unit when it is taken from a (not a guess at how long that takes),
     // so b takes it while a's stage still runs.
