@@ -282,6 +282,53 @@ fn a_unit_lost_by_its_holder_is_reported_and_its_stage_still_ends_first() {
     assert_eq!(lock_containers(&pool), Vec::<String>::new(), "none left");
 }
 
+/// A unit taken from its holder before the holder's stage has started (here: while the holder
+/// waits for a leftover stage container of an earlier holder) is taken again, not used: the
+/// heddle that took it meanwhile runs its stage first, and the two never overlap.
+#[test]
+fn a_unit_lost_before_its_stage_started_is_taken_again_not_used() {
+    let (_d, _gc) = engine!();
+    let tcp = docker::engine_over_tcp();
+    let pool = unique("hailo");
+    // A leftover: a container still running on the device for a holder that is gone.
+    let leftover = docker::cli(&[
+        "run",
+        "-d",
+        "--rm",
+        "--label",
+        &format!("heddle.holds.heddle-unit-{pool}-0=true"),
+        BUSYBOX,
+        "sleep",
+        "8",
+    ]);
+    let a = device_project(&tcp, &pool, "early-a", "1");
+    let b = device_project(&tcp, &pool, "early-b", "1");
+    let mut ra = spawn_run(&a);
+    let a_err = StderrLines::watch(&mut ra);
+    let leftover_wait = "left by a heddle that lost the unit; waiting for it to end";
+    a_err.wait_for(leftover_wait, &mut ra, Duration::from_secs(60));
+    // a holds the unit and waits for the leftover: take the unit from it.
+    docker::cli(&["rm", "-f", &format!("heddle-unit-{pool}-0")]);
+    let mut rb = spawn_run(&b);
+    let b_err = StderrLines::watch(&mut rb);
+    b_err.wait_for(leftover_wait, &mut rb, Duration::from_secs(60));
+    // Both wait for the leftover; b holds the unit now. When the leftover ends, a must not
+    // start its stage beside b's.
+    let sa = wait_ended(&mut ra, Duration::from_secs(90), "run a");
+    let sb = wait_ended(&mut rb, Duration::from_secs(90), "run b");
+    let (ea, eb) = (a_err.finish(), b_err.finish());
+    assert!(sa.success(), "{ea}");
+    assert!(sb.success(), "{eb}");
+    assert_contains(&ea, &format!("probe: lost `{pool}`#0 on host far"));
+    let (ia, ib) = (interval(&a, "early-a"), interval(&b, "early-b"));
+    assert!(ib.1 <= ia.0, "a ran beside b: a {ia:?}, b {ib:?}");
+    // Gone by now (`--rm`) unless the test failed early.
+    let _ = std::process::Command::new("docker")
+        .args(["rm", "-f", leftover.trim()])
+        .output();
+    assert_eq!(lock_containers(&pool), Vec::<String>::new(), "none left");
+}
+
 /// `heddle status` in another project configured with the same host names the holder of the
 /// engine-wide unit (who, where, which run and instance, since when) and says which host did
 /// not answer.

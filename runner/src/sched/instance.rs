@@ -96,6 +96,19 @@ async fn miss(
     } else {
         None
     };
+    // A unit the engine let go of while this instance waited (its lock container ended:
+    // removed by hand, or its connection dropped) may be another heddle's now, and that
+    // heddle found no stage of ours to wait for: take the units again rather than start
+    // beside it. What is left is the moment between this check and the container's start.
+    while held.engine_units.any_lost() {
+        held.engine_units.release().await;
+        drop(held);
+        held = match hold_resources(i).await {
+            Ok(held) => held,
+            Err(status) => return conclude(i, record, status),
+        };
+        record.host = held.host.clone();
+    }
     let holds = held.engine_units.names();
     let outputs = execute(i, &inputs, &launch, &mut record, t0, &holds).await;
     // The device is free once the stage has ended: release the engine's lock containers now,

@@ -33,6 +33,8 @@
 //! released (`containers/examples/unit_lock.rs` measures them; benches/RESULTS.md, M4).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::{select_all, FutureExt};
@@ -40,6 +42,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use heddle_containers::{
     BusyUnit, ContainerError, Engine, EngineUnitHolder, HeldUnit, TlsFiles, UnitTry,
 };
+use tokio::sync::oneshot::error::TryRecvError;
 
 /// The longest a waiter goes without trying again (the engine's "removed" answer usually
 /// comes first).
@@ -86,6 +89,8 @@ pub struct Taker<'a> {
 #[derive(Debug, Default)]
 pub struct EngineUnits {
     held: Vec<HeldUnit>,
+    /// Set once the engine has let go of one of them ([`EngineUnits::on_lost`]).
+    lost: Arc<AtomicBool>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -309,7 +314,7 @@ impl EngineUnits {
     /// Call `say` with a message if the engine lets go of one of these units while they are
     /// held (its connection to heddle ended: see the limits in docs/scale-out.md).
     pub fn on_lost(&mut self, host: &str, say: impl Fn(String) + Send + 'static) {
-        let signals: Vec<_> = self
+        let mut signals: Vec<_> = self
             .held
             .iter_mut()
             .filter_map(|u| {
@@ -321,9 +326,21 @@ impl EngineUnits {
                 u.lost().map(|rx| (rx, text))
             })
             .collect();
+        // A unit already lost (while it was being taken, e.g. during the wait for leftovers)
+        // is flagged now, before the caller goes on to start its stage.
+        signals.retain_mut(|(rx, text)| match rx.try_recv() {
+            Ok(()) => {
+                self.lost.store(true, Ordering::Release);
+                say(text.clone());
+                false
+            }
+            Err(TryRecvError::Empty) => true,
+            Err(TryRecvError::Closed) => false,
+        });
         if signals.is_empty() {
             return;
         }
+        let flag = self.lost.clone();
         // Ends once every unit is lost or released (a released unit's signal closes).
         tokio::spawn(async move {
             let mut all: FuturesUnordered<_> = signals
@@ -332,10 +349,17 @@ impl EngineUnits {
                 .collect();
             while let Some(lost) = all.next().await {
                 if let Some(text) = lost {
+                    flag.store(true, Ordering::Release);
                     say(text);
                 }
             }
         });
+    }
+
+    /// Whether the engine has let go of one of these units since they were taken (seen by
+    /// [`EngineUnits::on_lost`]'s watch): another heddle may hold it now.
+    pub fn any_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
     }
 
     /// The lock containers' names, for the labels of the stage container they are held for.
