@@ -40,24 +40,31 @@ pub fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
 }
 
 /// The trimmed, non-empty text of `pidfile` once a stage wrote it; fails if `child` (the heddle
-/// running that stage) ends first, or after 20 s.
+/// running that stage) ended without it being written, or after 20 s. Each poll reads the file
+/// after asking whether the child ended: a stage may write it and heddle end between two polls.
 pub fn wait_for_pid(pidfile: &Path, child: &mut Child) -> String {
+    let read = || {
+        std::fs::read_to_string(pidfile)
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
     let mut pid = String::new();
     wait_for(
         &format!("a pid in {}", pidfile.display()),
         Duration::from_secs(20),
         || {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!(
-                    "heddle ended ({status}) before {} was written",
-                    pidfile.display()
-                );
+            let ended = child.try_wait().ok().flatten();
+            pid = read();
+            match ended {
+                Some(status) if pid.is_empty() => {
+                    panic!(
+                        "heddle ended ({status}) before {} was written",
+                        pidfile.display()
+                    )
+                }
+                _ => !pid.is_empty(),
             }
-            pid = std::fs::read_to_string(pidfile)
-                .unwrap_or_default()
-                .trim()
-                .to_string();
-            !pid.is_empty()
         },
     );
     pid
