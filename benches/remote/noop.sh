@@ -10,8 +10,8 @@
 # SERVER=nginx runs against nginx over WebDAV instead of moto over S3 (nginx spends almost no
 # CPU per request; moto, in Python, spends milliseconds). BEFORE=/path/to/an/older/heddle adds
 # its remote-only no-op to every round, interleaved, for a before/after in one run. TRACE=DIR
-# runs one more remote-only no-op at the end under `strace -f -c -w` and `strace -f -T -e
-# trace=fdatasync,fsync` (files in DIR), for where a hit's time goes; it is not timed.
+# runs two more remote-only no-ops at the end, under `strace -f -c -w` and under `strace -f -tt
+# -T` of the syncs and renames (files in DIR), for where a hit's time goes; they are not timed.
 # Wall time on a shared machine is noisy: rounds are interleaved and medians reported.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -488,10 +488,7 @@ async fn import_stream(
             store.import_verified_blob(import)
         })
         .await??;
-        return match outcome {
-            ImportOutcome::Stored { size } => Ok(size),
-            ImportOutcome::Mismatch { actual, size } => Err(corrupt(remote, digest, actual, size)),
-        };
+        return stored_size(remote, digest, outcome);
     }
     let import = local.start_blob_import(digest)?;
     let (batches, mut arriving) = tokio::sync::mpsc::channel::<Vec<Bytes>>(BATCHES_IN_FLIGHT);
@@ -525,7 +522,17 @@ async fn import_stream(
     let import = writer.await??;
     downloaded?;
     let store = local.clone();
-    match tokio::task::spawn_blocking(move || store.import_verified_blob(import)).await?? {
+    let outcome = tokio::task::spawn_blocking(move || store.import_verified_blob(import)).await??;
+    stored_size(remote, digest, outcome)
+}
+
+/// The size of an import that became blob `digest`, or the corruption it was.
+fn stored_size(
+    remote: &dyn RemoteBackend,
+    digest: Digest,
+    outcome: ImportOutcome,
+) -> Result<u64, RemoteError> {
+    match outcome {
         ImportOutcome::Stored { size } => Ok(size),
         ImportOutcome::Mismatch { actual, size } => Err(corrupt(remote, digest, actual, size)),
     }
