@@ -375,6 +375,41 @@ pub(crate) fn open_nofollow(path: &Path) -> io::Result<fs::File> {
     }
 }
 
+/// A folder opened to look names up in it (`openat`), not to list it.
+#[cfg(unix)]
+pub(crate) fn open_dir(path: &Path) -> io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// Open `rel`, a path of ascii characters relative to `dir`, for reading. `rel` must not hold a
+/// NUL; it is copied to a buffer on the stack, so a lookup allocates nothing.
+#[cfg(unix)]
+pub(crate) fn open_in(dir: &fs::File, rel: &[u8]) -> io::Result<fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let mut buf = [0u8; 128];
+    if rel.len() >= buf.len() || rel.contains(&0) {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "name too long"));
+    }
+    buf[..rel.len()].copy_from_slice(rel);
+    // SAFETY: `buf` is NUL-terminated (zeroed past `rel`), `dir` is an open descriptor, and a
+    // descriptor openat returns is owned by nobody else.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            buf.as_ptr().cast(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(unsafe { fs::File::from_raw_fd(fd) })
+}
+
 /// Whether two metadata describe the same inode (always true where that cannot be told).
 pub(crate) fn same_inode(a: &fs::Metadata, b: &fs::Metadata) -> bool {
     #[cfg(unix)]

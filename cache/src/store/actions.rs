@@ -4,13 +4,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::PathBuf;
 
 use super::{BlobState, Store};
 use crate::fsutil::{self, rename_replace, unique_name, TempPath};
 use crate::tree::TreeEntry;
 use crate::{ActionEntry, CacheError, Digest, OutputEntry};
+
+/// Room for an entry of a few outputs in one read; a larger one grows the buffer as it reads.
+const ENTRY_READ_CAPACITY: usize = 2048;
 
 impl Store {
     /// Look up an action. A missing, torn or unparsable entry, or one whose blobs are missing
@@ -61,17 +64,39 @@ impl Store {
             .filter(|e| e.key == *key))
     }
 
+    /// An entry's bytes; `None` if there is none. Read without the `statx` and `lseek` that
+    /// `fs::read` spends sizing its buffer: an entry is one small JSON document, and a no-op run
+    /// reads one per instance.
     fn read_action_bytes(&self, key: &Digest) -> Result<Option<Vec<u8>>, CacheError> {
-        let p = self.action_path(key);
-        match fs::read(&p) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(CacheError::Io {
-                op: "read",
-                path: p,
-                source: e,
-            }),
-        }
+        let io_err = |source| CacheError::Io {
+            op: "read",
+            path: self.action_path(key),
+            source,
+        };
+        let mut f = match self.open_action(key) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(e)),
+        };
+        let mut bytes = Vec::with_capacity(ENTRY_READ_CAPACITY);
+        f.read_to_end(&mut bytes).map_err(io_err)?;
+        Ok(Some(bytes))
+    }
+
+    #[cfg(unix)]
+    fn open_action(&self, key: &Digest) -> io::Result<fs::File> {
+        // `ab/<64 hex>.json`, relative to the open `actions/`.
+        let mut rel = [0u8; 72];
+        hex::encode_to_slice(key.as_bytes(), &mut rel[3..67]).expect("64 bytes of room");
+        rel.copy_within(3..5, 0);
+        rel[2] = b'/';
+        rel[67..].copy_from_slice(b".json");
+        fsutil::open_in(&self.actions_dir, &rel)
+    }
+
+    #[cfg(not(unix))]
+    fn open_action(&self, key: &Digest) -> io::Result<fs::File> {
+        fs::File::open(self.action_path(key))
     }
 
     fn output_servable(&self, out: &OutputEntry) -> Result<bool, CacheError> {

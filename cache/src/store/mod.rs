@@ -71,6 +71,12 @@ pub struct Store {
     pub(crate) root: PathBuf,
     pub(crate) objects: PathBuf,
     pub(crate) actions: PathBuf,
+    /// `actions/` held open, so a lookup walks two path components (`ab/<key>.json`) instead
+    /// of the whole absolute path: a plan of a million instances is a million lookups, and in
+    /// a cache without those keys the path walk to each missing name was a quarter of its time
+    /// (benches/RESULTS.md, M25). The folder is never replaced while a store is open.
+    #[cfg(unix)]
+    actions_dir: File,
     pub(crate) families: PathBuf,
     pub(crate) locks: PathBuf,
     pub(crate) tmp: PathBuf,
@@ -118,6 +124,8 @@ impl Store {
         for d in [&objects, &actions, &families, &locks, &tmp] {
             fsutil::create_dir_all(d)?;
         }
+        #[cfg(unix)]
+        let actions_dir = fsutil::open_dir(&actions).map_err(CacheError::io("open", &actions))?;
         let presence_path = locks.join("store.lock");
         let presence = OpenOptions::new()
             .read(true)
@@ -133,6 +141,8 @@ impl Store {
             root: root.to_path_buf(),
             objects,
             actions,
+            #[cfg(unix)]
+            actions_dir,
             families,
             locks,
             tmp,
