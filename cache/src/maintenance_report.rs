@@ -125,4 +125,7 @@ pub struct GcReport {
     /// Quarantined files kept because they were too recent while others use the store (the
     /// process that quarantined one may just have named it in an error).
     pub quarantine_spared: u64,
+    /// Per-key lock files nobody held, left by a killed holder or by an older heddle (which
+    /// never deleted them), removed (unix).
+    pub stale_locks_removed: u64,
 }

@@ -189,6 +189,13 @@ fn gc(s: &Session, store: &Store, max_size: Option<&str>, keep_runs: usize) -> R
             human(r.quarantine_bytes_freed)
         );
     }
+    if r.stale_locks_removed > 0 {
+        let n = r.stale_locks_removed;
+        say!(
+            "locks: removed {n} lock file{} nobody held (left by a killed run or an older heddle)",
+            if n == 1 { "" } else { "s" }
+        );
+    }
     if r.quarantine_spared > 0 {
         say!(
             "quarantine: kept {} quarantined within the last hour, while another heddle uses the cache; a later `heddle cache gc` removes them",

@@ -181,3 +181,33 @@ fn du_counts_each_blob_once_and_adds_up() {
         + du.unreferenced_bytes;
     assert_eq!(parts, du.blob_bytes);
 }
+
+/// Lock files an older heddle or a killed holder left are removed by `gc`; a held one, the
+/// store's own presence lock and a file that names no key are not.
+#[cfg(unix)]
+#[test]
+fn gc_removes_lock_files_nobody_holds() {
+    let (_dir, s) = store();
+    let locks = s.root().join("locks");
+    let left = Digest::of_bytes(b"left behind");
+    fs::write(locks.join(format!("{left}.lock")), "12345").unwrap();
+    fs::write(locks.join("notes.lock"), "").unwrap();
+    let busy = Digest::of_bytes(b"busy");
+    let held = s.lock_key(&busy).unwrap();
+    let r = s.gc(&HashSet::new(), None).unwrap();
+    assert_eq!(r.stale_locks_removed, 1);
+    let mut names: Vec<_> = fs::read_dir(&locks)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let mut want = vec![
+        format!("{busy}.lock"),
+        "notes.lock".to_string(),
+        "store.lock".to_string(),
+    ];
+    want.sort();
+    assert_eq!(names, want);
+    assert_eq!(s.lock_holder(&busy), Some(std::process::id()));
+    drop(held);
+}

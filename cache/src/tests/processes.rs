@@ -29,6 +29,70 @@ fn lock_key_is_single_flight_across_threads() {
     assert!(s.try_lock_key(&key).unwrap().is_some());
 }
 
+/// A released lock leaves no file behind: `locks/` used to keep one per key ever run.
+#[cfg(unix)]
+#[test]
+fn a_released_lock_leaves_no_file_and_a_held_one_names_its_holder() {
+    let (_dir, s) = store();
+    let locks = s.root().join("locks");
+    let lock_files = || {
+        fs::read_dir(&locks)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".lock") && n != "store.lock")
+            .collect::<Vec<_>>()
+    };
+    let key = Digest::of_bytes(b"key");
+    let held = s.lock_key(&key).unwrap();
+    assert_eq!(lock_files(), [format!("{key}.lock")]);
+    assert_eq!(s.lock_holder(&key), Some(std::process::id()));
+    drop(held);
+    assert!(lock_files().is_empty(), "{:?}", lock_files());
+    drop(s.try_lock_key(&key).unwrap().expect("free"));
+    assert!(lock_files().is_empty(), "{:?}", lock_files());
+}
+
+/// Deleting lock files on release must not let two holders in: each thread opens the lock
+/// file on its own (as another process would), so a waiter that opened a file its holder then
+/// deleted takes a lock on nothing unless it checks. Without the check this fails within a
+/// few hundred rounds.
+#[test]
+fn deleted_lock_files_still_admit_one_holder_at_a_time() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let (_dir, s) = store();
+    let s = std::sync::Arc::new(s);
+    let inside = std::sync::Arc::new(AtomicBool::new(false));
+    let overlaps = std::sync::Arc::new(AtomicUsize::new(0));
+    let key = Digest::of_bytes(b"contended");
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let (s, inside, overlaps) = (s.clone(), inside.clone(), overlaps.clone());
+            std::thread::spawn(move || {
+                for round in 0..1500 {
+                    let lock = if (t + round) % 3 == 0 {
+                        match s.try_lock_key(&key).unwrap() {
+                            Some(l) => l,
+                            None => continue,
+                        }
+                    } else {
+                        s.lock_key(&key).unwrap()
+                    };
+                    if inside.swap(true, Ordering::SeqCst) {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    std::thread::yield_now();
+                    inside.store(false, Ordering::SeqCst);
+                    drop(lock);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
+}
+
 /// Child half of the process tests, started by them with `--ignored`: in a normal run it would
 /// check nothing, so it is ignored there rather than counted as a pass.
 #[test]
