@@ -203,6 +203,10 @@ pub(crate) fn reset_blob_mtime(path: &Path) -> io::Result<()> {
         fs::set_permissions(path, p)?;
         let f = OpenOptions::new().write(true).open(path)?;
         f.set_modified(blob_mtime())?;
+        // Flushed while this handle can write: once a blob is named, a stage may hold it open
+        // through a hard link with write sharing denied (`cmd`'s `type` does), so the group
+        // commit does not open it for writing again (`Store::rename_blob`).
+        f.sync_all()?;
         drop(f);
         set_readonly(path, false)
     }

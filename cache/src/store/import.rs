@@ -133,6 +133,9 @@ impl Store {
         file.flush().map_err(CacheError::io("write", tmp.path()))?;
         file.set_modified(blob_mtime())
             .map_err(CacheError::io("set mtime of", tmp.path()))?;
+        if !self.journals_imports() {
+            self.sync_before_naming(&file, tmp.path())?;
+        }
         drop(file);
         set_readonly(tmp.path(), false).map_err(CacheError::io("make read-only", tmp.path()))?;
         if self.journals_imports() {

@@ -1,6 +1,7 @@
 //! Putting produced outputs into the store: a file becomes a blob (hard-linked, reflinked or
 //! copied; see the crate docs for which and why), a folder becomes a tree manifest over blobs.
-//! Nothing is fsynced on the way in: blobs wait in `pending` for the next group commit.
+//! Nothing is fsynced on the way in: blobs wait in `pending` for the next group commit (on
+//! Windows each is flushed before it is named; see [`Store::rename_blob`]).
 
 use std::collections::BTreeSet;
 use std::fs::{self, OpenOptions};
@@ -175,7 +176,8 @@ impl Store {
     /// and not be durable yet; include it in the next group commit (fsync of a clean file is
     /// cheap).
     fn note_existing(&self, digest: &Digest) {
-        if self.durability != Durability::None {
+        // On Windows its writer flushed it before naming it (`rename_blob`).
+        if self.durability != Durability::None && cfg!(not(windows)) {
             self.pending
                 .lock()
                 .expect("pending poisoned")
@@ -190,6 +192,7 @@ impl Store {
         // Stamp through the open descriptor: no second open of the file.
         f.set_modified(blob_mtime())
             .map_err(CacheError::io("set mtime of", tmp.path()))?;
+        self.sync_before_naming(&f, tmp.path())?;
         drop(f);
         set_readonly(tmp.path(), false).map_err(CacheError::io("make read-only", tmp.path()))?;
         self.rename_blob(tmp, digest)
@@ -206,8 +209,26 @@ impl Store {
         let dest = self.blob_path(digest);
         fsutil::rename_into_shard(tmp.path(), &dest, |from, to| fs::rename(from, to))?;
         tmp.keep();
-        if self.durability != Durability::None {
+        // On Windows the blob was flushed before its rename (`sync_before_naming`, and
+        // `fsutil::reset_blob_mtime` for a sealed one): an fsync there needs a handle that can
+        // write, and once named the blob may be open in a stage through a hard link with write
+        // sharing denied (`cmd`'s `type`), which then fails with a sharing violation (seen in
+        // CI under Wine). Renames need no fsync there: NTFS journals them.
+        if self.durability != Durability::None && cfg!(not(windows)) {
             self.pending.lock().expect("pending poisoned").push(dest);
+        }
+        Ok(())
+    }
+
+    /// On Windows, flush a blob through the handle that wrote it, before it is named (see
+    /// [`Store::rename_blob`]); elsewhere the group commit does it.
+    pub(super) fn sync_before_naming(
+        &self,
+        file: &fs::File,
+        path: &Path,
+    ) -> Result<(), CacheError> {
+        if cfg!(windows) && self.durability != Durability::None {
+            file.sync_all().map_err(CacheError::io("fsync", path))?;
         }
         Ok(())
     }
