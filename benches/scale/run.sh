@@ -17,7 +17,10 @@
 #   no-op    `heddle run` a second time after a full run (every instance cached)
 # --cache-base puts each project's cache in DIR instead of inside the project: a 1M no-op needs
 # a full run first, whose cache (~8 GB of small files) and project (~5 GB) do not both fit a
-# 24 GB machine's tmpfs, so the project can live on disk (TMPDIR) and the cache on tmpfs.
+# 24 GB machine's tmpfs, so the project can live on disk (TMPDIR) and the cache on tmpfs. That
+# tmpfs needs inodes too: at 1M the cache holds 2M files and the gather's sandbox 1M folders,
+# past the ~3.1M inodes a 24 GB machine's /dev/shm has (a first 1M attempt's gather failed
+# there), so mount one for it: mount -t tmpfs -o size=20g,nr_inodes=8000000 tmpfs /mnt/scale
 # Each measurement is one run, timed by /usr/bin/time -v (elapsed, user+sys CPU, max RSS); on
 # a shared machine the CPU column is the steadier one. No timing is asserted: the table is for
 # benches/RESULTS.md.
@@ -52,7 +55,7 @@ measure() {
   local tv="$work/time.txt"
   if ! (cd "$dir" && /usr/bin/time -v -o "$tv" "$@" >"$work/stdout.txt" 2>"$work/stderr.txt"); then
     echo "| $label | failed (exit; see below) | |" >>"$out"
-    tail -3 "$work/stderr.txt" | sed 's/^/    /' >>"$out"
+    tail -12 "$work/stderr.txt" | sed 's/^/    /' >>"$out"
     measured_ok=false
     return 0
   fi
