@@ -48,6 +48,16 @@ impl<T: Upstream> Upstream for Box<T> {
     }
 }
 
+/// A finished instance as the scheduler keeps it: its label beside its record.
+impl<T: Upstream> Upstream for (String, T) {
+    fn status(&self) -> &StatusRecord {
+        self.1.status()
+    }
+    fn outputs(&self) -> &VecMap<OutputEntry> {
+        self.1.outputs()
+    }
+}
+
 impl Upstream for InstanceRecord {
     fn status(&self) -> &StatusRecord {
         &self.status

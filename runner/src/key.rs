@@ -233,13 +233,29 @@ impl Serialize for ExecutorKey {
 /// The key (sha256 of `KEY_VERSION`, a NUL, then the JSON text of `parts`) and that text.
 fn digest_and_text(parts: &impl Serialize) -> (Digest, Box<serde_json::value::RawValue>) {
     use sha2::Digest as _;
-    let text = serde_json::to_string(parts).expect("key parts serialise");
-    let mut hasher = sha2::Sha256::new();
-    hasher.update(KEY_VERSION.as_bytes());
-    hasher.update([0]);
-    hasher.update(text.as_bytes());
-    let raw = serde_json::value::RawValue::from_string(text).expect("serde_json wrote JSON");
-    (Digest::from_bytes(hasher.finalize().into()), raw)
+    thread_local! {
+        /// Printed into a buffer that is reused, then copied out at its exact length: a run
+        /// record keeps every instance's key text to its end, and a `String` grown by doubling
+        /// holds up to half as much again.
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUF.with_borrow_mut(|buf| {
+        buf.clear();
+        serde_json::to_writer(&mut *buf, parts).expect("key parts serialise");
+        let mut hasher = sha2::Sha256::new();
+        hasher.update(KEY_VERSION.as_bytes());
+        hasher.update([0]);
+        hasher.update(&buf[..]);
+        let text = std::str::from_utf8(buf)
+            .expect("serde_json writes UTF-8")
+            .to_owned();
+        let raw = serde_json::value::RawValue::from_string(text).expect("serde_json wrote JSON");
+        // A gather's key lists every member: do not keep a buffer that size for good.
+        if buf.capacity() > 64 * 1024 {
+            *buf = Vec::new();
+        }
+        (Digest::from_bytes(hasher.finalize().into()), raw)
+    })
 }
 
 /// A variable's value as it enters the key: `{"sha256": "<hex>"}`, never the text. A digest

@@ -205,6 +205,9 @@ pub struct RemoteSigner {
     pub key: String,
 }
 
+/// One instance's record. A run holds one per instance until it ends (a million, in a large
+/// matrix), so what most instances never have (a job, a signer, a reason, logs) is boxed: 8
+/// bytes when absent instead of its whole size.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InstanceRecord {
     pub stage: String,
@@ -221,7 +224,7 @@ pub struct InstanceRecord {
     pub remote: bool,
     /// Who signed the remote entry a remote hit was served from (a writer the trust file lists).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remote_signer: Option<RemoteSigner>,
+    pub remote_signer: Option<Box<RemoteSigner>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_key: Option<String>,
     /// Why it ran (or `cached`), as a sentence.
@@ -229,7 +232,7 @@ pub struct InstanceRecord {
     /// The same, typed, for an instance that ran (absent for a hit, whose `cached` says it, for
     /// a skip, whose status has its cause, and in records older than it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub why: Option<Reason>,
+    pub why: Option<Box<Reason>>,
     pub duration_ms: u64,
     /// Wall-clock start and end, milliseconds since the run started.
     pub start_ms: u64,
@@ -246,7 +249,7 @@ pub struct InstanceRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub logs: Option<[String; 2]>,
+    pub logs: Option<Box<[String; 2]>>,
     /// What the stage reported about where it ran (`$HEDDLE_FACTS_FILE`), e.g. the device.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub facts: Option<Value>,
@@ -262,7 +265,7 @@ pub struct InstanceRecord {
     /// The batch job that ran it (`heddle run --cluster`); absent for an instance that ran
     /// here or on a configured host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job: Option<JobRecord>,
+    pub job: Option<Box<JobRecord>>,
 }
 
 /// Where a batch scheduler ran an instance: the engine, the cluster's name in `hosts.toml`,

@@ -65,6 +65,7 @@ impl<V> VecMap<V> {
         match self.find(k.as_str()) {
             Ok(i) => Some(std::mem::replace(&mut self.entries[i].1, v)),
             Err(i) => {
+                grow_for_one(&mut self.entries);
                 self.entries.insert(i, (k, v));
                 None
             }
@@ -154,12 +155,34 @@ impl<V> Extend<(String, V)> for VecMap<V> {
 }
 
 impl<V> FromIterator<(String, V)> for VecMap<V> {
+    /// Like a `BTreeMap`'s: a repeated key keeps its last value.
     fn from_iter<I: IntoIterator<Item = (String, V)>>(iter: I) -> Self {
-        let mut m = VecMap::new();
-        for (k, v) in iter {
-            m.insert(k, v);
+        // Collected whole (an exact-size iterator, as most are here, gives an exact capacity),
+        // then sorted: inserting one by one would grow the vector to 4 slots for one entry.
+        let mut entries: Vec<(String, V)> = iter.into_iter().collect();
+        // Stable: of equal keys, the last one collected stays last, and is the one kept.
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut kept: usize = 0;
+        for i in 0..entries.len() {
+            if kept > 0 && entries[kept - 1].0 == entries[i].0 {
+                entries.swap(kept - 1, i);
+            } else {
+                entries.swap(kept, i);
+                kept += 1;
+            }
         }
-        m
+        entries.truncate(kept);
+        VecMap { entries }
+    }
+}
+
+/// Room for one more entry. These maps hold a handful of entries and there is one per
+/// instance, a million of them in a large plan: a first insert into an empty `Vec` reserves 4
+/// slots, three of them wasted when, as usually, one entry is all there is. Small maps grow by
+/// one; larger ones as a `Vec` does.
+fn grow_for_one<T>(entries: &mut Vec<T>) {
+    if entries.len() == entries.capacity() && entries.len() < 4 {
+        entries.reserve_exact(1);
     }
 }
 
@@ -249,6 +272,24 @@ mod tests {
         let collected: VecMap<Value> = b.clone().into_iter().rev().collect();
         assert_eq!(collected, v);
         assert_eq!(v.clone().into_iter().collect::<BTreeMap<_, _>>(), b);
+    }
+
+    #[test]
+    fn collects_like_a_btreemap_and_holds_only_its_entries() {
+        let pairs = [("b", 1), ("a", 2), ("b", 3), ("c", 4), ("a", 5), ("b", 6)];
+        let owned = || pairs.iter().map(|(k, v)| (k.to_string(), *v));
+        let v: VecMap<i32> = owned().collect();
+        let b: BTreeMap<String, i32> = owned().collect();
+        assert!(v.iter().eq(b.iter()), "{v:?} against {b:?}");
+        // One entry, one slot: a plan and a record hold several such maps per instance.
+        let one: VecMap<i32> = [("x".to_string(), 1)].into();
+        assert_eq!(one.entries.capacity(), 1);
+        let mut grown = VecMap::new();
+        grown.insert("b".to_string(), 1);
+        assert_eq!(grown.entries.capacity(), 1);
+        grown.insert("a".to_string(), 2);
+        assert_eq!(grown.entries.capacity(), 2);
+        assert_eq!(grown.keys().collect::<Vec<_>>(), ["a", "b"]);
     }
 
     #[test]

@@ -212,7 +212,7 @@ fn print_failures(rec: &RunRecord) {
                 eprintln!("    hint: {}", outcome::NO_GPU_HINT);
             }
             // A stage that printed nothing to stderr has no log file.
-            if let Some([_, err]) = r.logs.as_ref().filter(|[_, e]| Path::new(e).exists()) {
+            if let Some([_, err]) = r.logs.as_deref().filter(|[_, e]| Path::new(e).exists()) {
                 say_err!("    log: {}", display_rel(Path::new(err)));
             }
         }

@@ -135,11 +135,11 @@ fn hit_form_and_its_test_agree() {
         |r| r.cached = false,
         |r| r.remote = true,
         |r| r.reason = "never run".into(),
-        |r| r.why = Some(heddle_schema::Reason::Forced),
+        |r| r.why = Some(Box::new(heddle_schema::Reason::Forced)),
         |r| r.duration_ms = 1,
         |r| r.attempts = 1,
         |r| r.command = Some("c".into()),
-        |r| r.logs = Some(["a".into(), "b".into()]),
+        |r| r.logs = Some(Box::new(["a".into(), "b".into()])),
         |r| r.facts = Some(Value::Null),
         |r| r.host = Some("h".into()),
     ];

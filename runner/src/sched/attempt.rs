@@ -152,10 +152,10 @@ fn request(
     let safe = path_segment(&inst.label);
     let stdout_log = i.sh.logs_dir.join(format!("{safe}.out"));
     let stderr_log = i.sh.logs_dir.join(format!("{safe}.err"));
-    record.logs = Some([
+    record.logs = Some(Box::new([
         stdout_log.to_string_lossy().into_owned(),
         stderr_log.to_string_lossy().into_owned(),
-    ]);
+    ]));
     // The request the key was computed from; placement and held units do not enter the key.
     let container = launch.container.clone().map(|req| {
         // Placed: on the configured host whose units it holds.

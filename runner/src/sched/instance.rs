@@ -41,7 +41,7 @@ pub(super) async fn process(i: Inst<'_>, inputs: BTreeMap<String, Resolved>) -> 
             let env = view.env();
             let mut record = keyed_record(i, view.into_inputs(), env, &key, key_text, t0);
             record.remote = true;
-            record.remote_signer = Some(signer);
+            record.remote_signer = Some(Box::new(signer));
             return serve_hit(i, record, hit);
         }
     }
@@ -76,7 +76,7 @@ async fn miss(
     let cacheable = i.sh.opts.may_use_cache(stage);
     let why = why_it_runs(i, &parts).await;
     record.reason = why.to_string();
-    record.why = Some(why);
+    record.why = Some(Box::new(why));
     let mut held = match hold_resources(i).await {
         Ok(held) => held,
         Err(status) => return conclude(i, record, status),
@@ -311,7 +311,7 @@ async fn execute(
     let _ = i.sh.events.send(Event::Started {
         id: i.id,
         label: inst.label.clone(),
-        why: record
+        why: *record
             .why
             .clone()
             .expect("a miss has its reason before it executes"),

@@ -125,16 +125,16 @@ async fn repair_out(sh: &Arc<Shared>, walk: &Walk) {
         .done
         .iter()
         .flatten()
-        .any(|d| d.status.error_class == Some(ErrorClass::InputModified));
+        .any(|(_, d)| d.status.error_class == Some(ErrorClass::InputModified));
     if !edited {
         return;
     }
     let done: Vec<(String, InstanceRecord)> = walk
         .done
         .iter()
-        .enumerate()
-        .filter_map(|(i, d)| Some((walk.plan.instances[i].label.clone(), d.clone()?)))
+        .flatten()
         .filter(|(_, d)| d.status.status == Status::Ok)
+        .cloned()
         .collect();
     let (store, stats) = (sh.ctx.store.clone(), sh.ctx.stats.clone());
     let root = walk.plan.pipeline.root.clone();
@@ -205,7 +205,10 @@ impl Shared {
 struct Walk {
     plan: Arc<Plan>,
     waiting: Vec<usize>,
-    done: Vec<Option<InstanceRecord>>,
+    /// Each finished instance's label and record, by id. The label is here, not added at the
+    /// end, so that the run record's list is this vector reused in place: building a second
+    /// one beside it cost ~0.8 KB of fresh memory per instance.
+    done: Vec<Option<(String, InstanceRecord)>>,
     queue: VecDeque<usize>,
     running: usize,
     stop_cause: Option<Cause>,
@@ -327,7 +330,7 @@ impl Walk {
 
     /// Record `id` as finished and queue each dependent that no longer waits on anything.
     fn finish(&mut self, id: usize, rec: InstanceRecord) {
-        self.done[id] = Some(rec);
+        self.done[id] = Some((self.plan.instances[id].label.clone(), rec));
         for m in self.plan.graph.neighbors(NodeIndex::new(id)) {
             let m = m.index();
             if self.counted_by[m] != id + 1 {
@@ -349,7 +352,7 @@ impl Walk {
             .done
             .iter()
             .flatten()
-            .any(|d| d.status.status != Status::Ok && !d.status.tolerated)
+            .any(|(_, d)| d.status.status != Status::Ok && !d.status.tolerated)
         {
             RunStatus::Failed
         } else {
@@ -360,14 +363,15 @@ impl Walk {
             .into_iter()
             .enumerate()
             .map(|(i, d)| {
-                let mut record = d.expect("every instance finishes");
+                let (label, mut record) = d.expect("every instance finishes");
                 record.deps = plan.instances[i]
                     .deps
                     .iter()
                     .map(|d| plan.instances[*d].label.clone())
                     .collect();
-                (plan.instances[i].label.clone(), record)
+                (label, record)
             })
+            // Collected in place: `Option<(String, _)>` and `(String, _)` have one layout.
             .collect();
         RunRecord {
             run_id: sh.opts.run_id.clone(),

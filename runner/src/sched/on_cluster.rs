@@ -55,6 +55,6 @@ pub(super) fn executor(i: Inst<'_>, record: &InstanceRecord) -> (Arc<dyn Executo
 /// Copy the job that ran the instance into its record.
 pub(super) fn record_job(placed: &Placed, record: &mut InstanceRecord) {
     if let Some(p) = placed {
-        record.job = p.lock().expect("placed").clone();
+        record.job = p.lock().expect("placed").clone().map(Box::new);
     }
 }
