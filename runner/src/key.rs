@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use heddle_cache::Digest;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use heddle_containers::{GpuRequest, NetworkMode};
@@ -99,7 +100,7 @@ pub struct KeyView<'a> {
     command: Command,
     executor: ExecutorKey,
     definition: &'a BTreeMap<String, String>,
-    inputs: VecMap<Value>,
+    inputs: VecMap<Box<RawValue>>,
     params: &'a BTreeMap<String, Value>,
     matrix: &'a VecMap<Value>,
     vars: BTreeMap<String, Value>,
@@ -188,7 +189,14 @@ impl<'a> KeyView<'a> {
                 ExecutorKey::Other(v) => v.clone(),
             },
             definition: self.definition.clone(),
-            inputs: self.inputs.to_btree(),
+            inputs: self
+                .inputs
+                .iter()
+                .map(|(k, v)| {
+                    let v = serde_json::from_str(v.get()).expect("an identity is JSON");
+                    (k.clone(), v)
+                })
+                .collect(),
             params: self.params.clone(),
             matrix: self.matrix.to_btree(),
             vars: self.vars.clone(),
@@ -197,13 +205,8 @@ impl<'a> KeyView<'a> {
         }
     }
 
-    /// Each input's identity, as the record lists them.
-    pub fn inputs(&self) -> &VecMap<Value> {
-        &self.inputs
-    }
-
     /// The inputs' identities, moved into the record of a hit (whose parts are not kept).
-    pub fn into_inputs(self) -> VecMap<Value> {
+    pub fn into_inputs(self) -> VecMap<Box<RawValue>> {
         self.inputs
     }
 
@@ -363,20 +366,75 @@ impl GpuIdentity {
 
 /// An input as it enters the key: a digest, or per gather member its folder, status and digest
 /// (or its error and cause, for an allowed failure).
-fn input_identity(r: &Resolved) -> Value {
+///
+/// Kept as JSON text: the record holds it until the run ends, and a gather's, as a `Value`,
+/// was an object (a `BTreeMap` node of ~630 bytes) per member, 700 MB for a million members.
+/// The text is what the `Value` printed, byte for byte: the members' fields are printed in
+/// the order a `Value` object sorts them, `null` where it had `null`.
+fn input_identity(r: &Resolved) -> Box<RawValue> {
     match r {
-        Resolved::Path { digest, .. } => json!(digest.to_string()),
-        Resolved::One { entry, .. } => json!(entry.digest().to_string()),
-        Resolved::Gather { members, .. } => Value::Array(
-            members
-                .iter()
-                .map(|m| match &m.entry {
-                    Some(e) => json!({"member": m.dir, "status": m.status.status, "digest": e.digest().to_string()}),
-                    None => json!({"member": m.dir, "status": m.status.status, "error": m.status.error, "cause": m.status.cause.as_ref().map(|c| &c.label)}),
-                })
-                .collect(),
-        ),
+        Resolved::Path { digest, .. } => raw_json(&Hex(digest)),
+        Resolved::One { entry, .. } => raw_json(&Hex(&entry.digest())),
+        Resolved::Gather { members, .. } => {
+            let identities = members.iter().map(|m| match &m.entry {
+                Some(e) => MemberIdentity::Ok {
+                    digest: Hex(&e.digest()).to_string(),
+                    member: &m.dir,
+                    status: m.status.status,
+                },
+                None => MemberIdentity::Failed {
+                    cause: m.status.cause.as_ref().map(|c| c.label.as_str()),
+                    error: m.status.error.as_deref(),
+                    member: &m.dir,
+                    status: m.status.status,
+                },
+            });
+            let mut text = Vec::with_capacity(members.len() * 100 + 2);
+            use serde::Serializer as _;
+            let mut out = serde_json::Serializer::new(&mut text);
+            (&mut out)
+                .collect_seq(identities)
+                .expect("member identities serialise");
+            let text = String::from_utf8(text).expect("serde_json writes UTF-8");
+            RawValue::from_string(text).expect("serde_json wrote JSON")
+        }
     }
+}
+
+/// One gather member as it enters the key, fields in sorted order (see [`input_identity`]).
+#[derive(Serialize)]
+#[serde(untagged)]
+enum MemberIdentity<'a> {
+    Ok {
+        digest: String,
+        member: &'a str,
+        status: crate::record::Status,
+    },
+    Failed {
+        cause: Option<&'a str>,
+        error: Option<&'a str>,
+        member: &'a str,
+        status: crate::record::Status,
+    },
+}
+
+/// A digest printed as its hex string.
+struct Hex<'a>(&'a Digest);
+
+impl Serialize for Hex<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self.0)
+    }
+}
+
+impl std::fmt::Display for Hex<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+fn raw_json(v: &impl Serialize) -> Box<RawValue> {
+    serde_json::value::to_raw_value(v).expect("an identity serialises")
 }
 
 #[cfg(test)]

@@ -238,7 +238,7 @@ pub struct InstanceRecord {
     pub start_ms: u64,
     pub end_ms: u64,
     pub attempts: u32,
-    pub inputs: VecMap<Value>,
+    pub inputs: VecMap<Box<serde_json::value::RawValue>>,
     pub outputs: VecMap<OutputEntry>,
     /// Where the outputs were materialised, relative to the project root.
     pub output_paths: VecMap<String>,

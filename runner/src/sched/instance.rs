@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use heddle_cache::{ActionEntry, Digest, KeyLock, OutputEntry};
 use heddle_schema::VecMap;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::explain::{explain_with, Earlier};
 use crate::inputs::Resolved;
@@ -136,7 +136,7 @@ async fn miss(
 /// image.
 fn keyed_record(
     i: Inst<'_>,
-    inputs: VecMap<Value>,
+    inputs: VecMap<Box<serde_json::value::RawValue>>,
     env: Option<&str>,
     key: &Digest,
     key_text: Box<serde_json::value::RawValue>,
