@@ -422,3 +422,43 @@ fn find_blob(cache: &std::path::Path, content: &[u8]) -> std::path::PathBuf {
     let hex = digest(content);
     cache.join("objects").join(&hex[..2]).join(&hex)
 }
+
+/// A key's lock file left behind (by a killed run, or by a heddle before lock files were
+/// removed on release) is removed by `heddle cache gc`, which says so in one line; a run
+/// itself leaves none.
+#[cfg(unix)]
+#[test]
+fn gc_removes_the_lock_files_nobody_holds_and_says_so() {
+    let p = Project::with_pipeline(
+        "[pipeline]\nname = \"locks\"\n\n[stages.a]\nrun = \"echo a > {{ out.o }}\"\noutputs = { o = \"o.txt\" }\n",
+    );
+    p.run("p.toml", &[]).ok();
+    let locks = p.cache.join("locks");
+    let key_locks = || {
+        let mut names: Vec<String> = fs::read_dir(&locks)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "store.lock")
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        key_locks(),
+        Vec::<String>::new(),
+        "a run leaves no key lock"
+    );
+    for k in ["1", "2"] {
+        fs::write(locks.join(format!("{}.lock", k.repeat(64))), "4242\n").unwrap();
+    }
+    let g = p.heddle(&["cache", "gc"]).ok();
+    assert_eq!(
+        g.stdout.lines().nth(1),
+        Some("locks: removed 2 lock files nobody held (left by a killed run or an older heddle)"),
+        "{}",
+        g.stdout
+    );
+    assert_eq!(key_locks(), Vec::<String>::new());
+    let again = p.heddle(&["cache", "gc"]).ok();
+    assert_lacks(&again.stdout, "locks:");
+}

@@ -190,10 +190,9 @@ fn gc(s: &Session, store: &Store, max_size: Option<&str>, keep_runs: usize) -> R
         );
     }
     if r.stale_locks_removed > 0 {
-        let n = r.stale_locks_removed;
         say!(
-            "locks: removed {n} lock file{} nobody held (left by a killed run or an older heddle)",
-            if n == 1 { "" } else { "s" }
+            "locks: removed {} nobody held (left by a killed run or an older heddle)",
+            counted(r.stale_locks_removed, "lock file")
         );
     }
     if r.quarantine_spared > 0 {
@@ -207,7 +206,12 @@ fn gc(s: &Session, store: &Store, max_size: Option<&str>, keep_runs: usize) -> R
 
 /// `1 blob`, `2 blobs`.
 fn blobs(n: u64) -> String {
-    format!("{n} blob{}", if n == 1 { "" } else { "s" })
+    counted(n, "blob")
+}
+
+/// `1 lock file`, `2 lock files`: `n` and a noun whose plural takes an `s`.
+fn counted(n: u64, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
 
 /// Bytes in binary units, one decimal: `512 B`, `1.5 KiB`, `20.0 GiB`.
