@@ -3,6 +3,7 @@
 //! the scheduler and the preview, and read by the key ([`crate::key`]) and the sandbox
 //! ([`crate::sandbox`]).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 
@@ -10,7 +11,7 @@ use heddle_cache::{Digest, OutputEntry};
 use heddle_schema::VecMap;
 
 use crate::names::path_segment;
-use crate::plan::{member_dir, BoundInput};
+use crate::plan::{member_dir, BoundInput, Plan};
 use crate::prepare::Context;
 use crate::record::{Cause, InstanceRecord, Status, StatusRecord};
 use crate::render::input_file_name;
@@ -29,8 +30,43 @@ pub enum Resolved {
 pub struct Member {
     pub id: usize,
     pub dir: String,
-    pub status: StatusRecord,
+    /// How it ended, unless that was a plain success: then its status is
+    /// `StatusRecord::ok` of its label and matrix, which the plan holds ([`Member::status`]).
+    /// A gather of a million members held a copy of each success's status (~300 bytes).
+    pub not_ok: Option<Box<StatusRecord>>,
     pub entry: Option<OutputEntry>,
+}
+
+impl Member {
+    /// How it ended, in one word.
+    pub fn outcome(&self) -> Status {
+        self.not_ok.as_ref().map_or(Status::Ok, |s| s.status)
+    }
+
+    /// Its status record, as its `status.json` holds it.
+    pub fn status<'a>(&'a self, plan: &Plan) -> Cow<'a, StatusRecord> {
+        match &self.not_ok {
+            Some(s) => Cow::Borrowed(s),
+            None => {
+                let inst = &plan.instances[self.id];
+                Cow::Owned(StatusRecord::ok(&inst.label, inst.matrix.clone()))
+            }
+        }
+    }
+}
+
+/// Whether `s` is `StatusRecord::ok(label, matrix)`, checked without building one.
+fn is_plain_ok(s: &StatusRecord, label: &str, matrix: &VecMap<serde_json::Value>) -> bool {
+    s.status == Status::Ok
+        && s.exit_code.is_none()
+        && s.error_class.is_none()
+        && s.error.is_none()
+        && s.at.is_none()
+        && s.stderr_tail.is_none()
+        && s.cause.is_none()
+        && !s.tolerated
+        && s.label == label
+        && s.matrix == *matrix
 }
 
 /// What a dependent reads of a finished upstream: how it ended and what it produced.
@@ -100,10 +136,13 @@ pub fn resolve_inputs<D: Upstream>(
                     if d.status().status != Status::Ok && !d.status().tolerated {
                         return Err((cause_of(d.status()), false));
                     }
+                    let inst = &plan.instances[m];
+                    let status = d.status();
                     ms.push(Member {
                         id: m,
-                        dir: path_segment(&member_dir(&plan.instances[m].matrix)).into_owned(),
-                        status: d.status().clone(),
+                        dir: path_segment(&member_dir(&inst.matrix)).into_owned(),
+                        not_ok: (!is_plain_ok(status, &inst.label, &inst.matrix))
+                            .then(|| Box::new(status.clone())),
                         entry: d.outputs().get(output).cloned(),
                     });
                 }
@@ -139,7 +178,7 @@ pub fn member_ok_fn(inputs: &BTreeMap<String, Resolved>) -> impl Fn(usize) -> bo
             Resolved::Gather { members, .. } => members.as_slice(),
             _ => &[],
         })
-        .filter(|mb| mb.status.status == Status::Ok)
+        .filter(|mb| mb.outcome() == Status::Ok)
         .map(|mb| mb.id)
         .collect();
     move |m| ok.contains(&m)

@@ -380,13 +380,17 @@ fn input_identity(r: &Resolved) -> Box<RawValue> {
                 Some(e) => MemberIdentity::Ok {
                     digest: Hex(&e.digest()).to_string(),
                     member: &m.dir,
-                    status: m.status.status,
+                    status: m.outcome(),
                 },
                 None => MemberIdentity::Failed {
-                    cause: m.status.cause.as_ref().map(|c| c.label.as_str()),
-                    error: m.status.error.as_deref(),
+                    cause: m
+                        .not_ok
+                        .as_ref()
+                        .and_then(|s| s.cause.as_ref())
+                        .map(|c| c.label.as_str()),
+                    error: m.not_ok.as_ref().and_then(|s| s.error.as_deref()),
                     member: &m.dir,
-                    status: m.status.status,
+                    status: m.outcome(),
                 },
             });
             let mut text = Vec::with_capacity(members.len() * 100 + 2);

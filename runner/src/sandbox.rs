@@ -28,6 +28,7 @@ use heddle_cache::scratch::{remove_tree, RunScratch};
 use heddle_cache::{error_chain, OutputEntry, Store};
 
 use crate::inputs::Resolved;
+use crate::plan::Plan;
 
 /// Sandboxes not in use, ready to be cleaned for the next stage.
 pub struct SandboxPool {
@@ -220,6 +221,7 @@ fn ensure_dir(dir: &Path) -> std::io::Result<bool> {
 /// holds empty `in/<name>/` and `out/<name>/` folders ([`SandboxPool::acquire`]).
 pub fn lay_out(
     store: &Store,
+    plan: &Plan,
     sb: &Path,
     inputs: &BTreeMap<String, Resolved>,
 ) -> Result<(), SandboxError> {
@@ -262,8 +264,9 @@ pub fn lay_out(
                         let path = d.join(n);
                         std::fs::write(&path, v.json()).map_err(io(&path))
                     };
-                    write("matrix.json", &m.status.matrix)?;
-                    write("status.json", &m.status)?;
+                    let status = m.status(plan);
+                    write("matrix.json", &status.matrix)?;
+                    write("status.json", &*status)?;
                     if let Some(e) = &m.entry {
                         store.link_into(e, &d.join(file)).map_err(link)?;
                     }

@@ -85,14 +85,15 @@ async fn open_sandbox(
 ) -> Result<Sandbox, SandboxError> {
     let in_names: Vec<String> = inputs.keys().cloned().collect();
     let out_names: Vec<String> = i.stage.outputs.keys().cloned().collect();
-    let (pool, store, ins) = (
+    let (pool, store, plan, ins) = (
         i.sh.sandboxes.clone(),
         i.sh.ctx.store.clone(),
+        i.sh.ctx.plan.clone(),
         Arc::clone(inputs),
     );
     let open = move || {
         let sandbox = pool.acquire(&in_names, &out_names)?;
-        lay_out(&store, sandbox.path(), &ins)?;
+        lay_out(&store, &plan, sandbox.path(), &ins)?;
         Ok(sandbox)
     };
     // A few hard links and folder checks cost less than a trip to the blocking pool (two
