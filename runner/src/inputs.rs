@@ -57,16 +57,7 @@ impl Member {
 
 /// Whether `s` is `StatusRecord::ok(label, matrix)`, checked without building one.
 fn is_plain_ok(s: &StatusRecord, label: &str, matrix: &VecMap<serde_json::Value>) -> bool {
-    s.status == Status::Ok
-        && s.exit_code.is_none()
-        && s.error_class.is_none()
-        && s.error.is_none()
-        && s.at.is_none()
-        && s.stderr_tail.is_none()
-        && s.cause.is_none()
-        && !s.tolerated
-        && s.label == label
-        && s.matrix == *matrix
+    s.is_plain_ok() && s.label == label && s.matrix == *matrix
 }
 
 /// What a dependent reads of a finished upstream: how it ended and what it produced.

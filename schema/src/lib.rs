@@ -59,6 +59,19 @@ pub struct StatusRecord {
 }
 
 impl StatusRecord {
+    /// Whether this is what [`StatusRecord::ok`] makes, for its own label and matrix: a
+    /// success with nothing else to say.
+    pub fn is_plain_ok(&self) -> bool {
+        self.status == Status::Ok
+            && self.exit_code.is_none()
+            && self.error_class.is_none()
+            && self.error.is_none()
+            && self.at.is_none()
+            && self.stderr_tail.is_none()
+            && self.cause.is_none()
+            && !self.tolerated
+    }
+
     /// A success: no error, no cause.
     pub fn ok(label: &str, matrix: VecMap<Value>) -> StatusRecord {
         StatusRecord {

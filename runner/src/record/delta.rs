@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-use super::{InstanceRecord, RecordError, RunRecord, RunStatus, Status, StatusRecord};
+use super::{InstanceRecord, RecordError, RunRecord, RunStatus, StatusRecord};
 
 /// The record format a record with a base is written in. Format 1 (no `record_format` field)
 /// is the whole [`RunRecord`]; 2 adds `base` and runs of references to it.
@@ -70,16 +70,8 @@ fn hit_form(r: &InstanceRecord, start_ms: u64, end_ms: u64) -> InstanceRecord {
 
 /// Whether `r` equals its own [`hit_form`] (every field that sets, already so).
 fn is_hit_form(r: &InstanceRecord) -> bool {
-    let s = &r.status;
     // `StatusRecord::ok` with this label and matrix, compared without building one.
-    s.status == Status::Ok
-        && s.exit_code.is_none()
-        && s.error_class.is_none()
-        && s.error.is_none()
-        && s.at.is_none()
-        && s.stderr_tail.is_none()
-        && s.cause.is_none()
-        && !s.tolerated
+    r.status.is_plain_ok()
         && r.cached
         && !r.remote
         && r.remote_signer.is_none()

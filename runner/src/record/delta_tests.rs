@@ -1,5 +1,5 @@
 use super::*;
-use crate::record::{list, load as load_id, prune, runs_dir, save as save_rec};
+use crate::record::{list, load as load_id, prune, runs_dir, save as save_rec, Status};
 
 /// Instance `i` as the run that computed it records it, or as a later hit of it.
 fn instance(i: usize, hit: bool, start: u64) -> (String, InstanceRecord) {
