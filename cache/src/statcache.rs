@@ -2,6 +2,7 @@
 //! not re-hashed.
 
 use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,6 +29,11 @@ const MAGIC: &[u8] = b"heddle/statcache/v2\n";
 /// filesystems with coarse (FAT-like) timestamps.
 const RACY_NS: i128 = 2_000_000_000;
 
+/// How many records a save checks on disk at least ([`StatCache::save`]), beyond as many as the
+/// run used: enough to empty a small project's stale records in one run, and bounded so a run of
+/// one stage of a large project does not stat every other stage's outputs each time.
+const PRUNE_CHECKS: usize = 4096;
+
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 struct Record {
     stamp: FileStamp,
@@ -36,6 +42,10 @@ struct Record {
     seen_ns: i128,
     /// Recorded by `record` (the caller vouches for the content), so never racy.
     vouched: bool,
+    /// Looked up or recorded since this cache was loaded (never saved): a record nobody used is
+    /// checked against its file before it is saved again.
+    #[serde(skip)]
+    used: bool,
 }
 
 impl Record {
@@ -52,9 +62,13 @@ struct SavedFile {
 
 /// path → (dev, inode, size, mtime, ctime) → digest. Loaded once, saved atomically; a stale,
 /// torn or foreign file loads as an empty cache. Shareable between threads.
+///
+/// Keyed by the path's bytes: a `PathBuf` key hashes and compares component by component, which
+/// was most of a 100k no-op's time in this map. heddle spells each path one way (joined from the
+/// same root), and a path spelled another way is only a re-hash.
 pub struct StatCache {
     path: PathBuf,
-    map: Mutex<HashMap<PathBuf, Record>>,
+    map: Mutex<HashMap<OsString, Record>>,
     hashes: AtomicU64,
     /// Whether the map differs from the saved file: a no-op run changes nothing, and rewriting
     /// a record per materialised file was 8 % of a 1,000-instance no-op.
@@ -88,11 +102,20 @@ impl StatCache {
     }
 
     /// Save atomically (temp file beside it, then rename). Concurrent savers: last one wins.
+    ///
+    /// Records this cache's users did not touch are checked first ([`prune`]): one whose file
+    /// is gone or changed can never serve again and is dropped, so the file does not keep every
+    /// output that ever existed (old matrix values, renamed stages).
     pub fn save(&self) -> Result<(), CacheError> {
+        let mut map = self.map.lock().expect("stat cache poisoned");
+        if prune(&mut map) > 0 {
+            self.dirty.store(true, Ordering::Release);
+        }
         if !self.dirty.swap(false, Ordering::AcqRel) {
             return Ok(());
         }
-        let bytes = encode(&self.map.lock().expect("stat cache poisoned"));
+        let bytes = encode(&map);
+        drop(map);
         let dir = match self.path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
@@ -141,8 +164,14 @@ impl StatCache {
             });
         }
         let stamp = FileStamp::of(meta);
-        if let Some(r) = self.map.lock().expect("stat cache poisoned").get(path) {
+        if let Some(r) = self
+            .map
+            .lock()
+            .expect("stat cache poisoned")
+            .get_mut(path.as_os_str())
+        {
             if r.stamp.unchanged(&stamp) && r.trusted() {
+                r.used = true;
                 return Ok(r.digest);
             }
         }
@@ -157,11 +186,12 @@ impl StatCache {
                     digest,
                     seen_ns,
                     vouched: false,
+                    used: true,
                 };
                 self.map
                     .lock()
                     .expect("stat cache poisoned")
-                    .insert(path.to_path_buf(), rec);
+                    .insert(path.as_os_str().to_owned(), rec);
                 self.dirty.store(true, Ordering::Release);
             }
         }
@@ -184,12 +214,13 @@ impl StatCache {
                 digest: d,
                 seen_ns: now_ns(),
                 vouched: true,
+                used: true,
             };
             let old = self
                 .map
                 .lock()
                 .expect("stat cache poisoned")
-                .insert(path.to_path_buf(), rec);
+                .insert(path.as_os_str().to_owned(), rec);
             // Re-recording the same file as it was is no change.
             if old.is_none_or(|o| o.stamp != rec.stamp || o.digest != rec.digest || !o.vouched) {
                 self.dirty.store(true, Ordering::Release);
@@ -203,7 +234,7 @@ impl StatCache {
             .map
             .lock()
             .expect("stat cache poisoned")
-            .remove(path)
+            .remove(path.as_os_str())
             .is_some()
         {
             self.dirty.store(true, Ordering::Release);
@@ -218,9 +249,41 @@ impl StatCache {
     }
 }
 
+/// Drop the records nobody used since the load that can never serve again: untrusted ones (a
+/// racy record is re-hashed, never served) and those whose file is gone or no longer matches
+/// the stamp. Checks at most [`PRUNE_CHECKS`] or as many records as were used, whichever is
+/// more, so a save costs at most about what the run's own stats did; the map's order differs
+/// from run to run, so later saves check others. A record that is not checked is kept: a run
+/// of some stages keeps the other stages' records, and inputs outside the project keep theirs.
+/// Returns how many were dropped.
+fn prune(map: &mut HashMap<OsString, Record>) -> usize {
+    let used = map.values().filter(|r| r.used).count();
+    if used == map.len() {
+        return 0;
+    }
+    let mut budget = PRUNE_CHECKS.max(used);
+    let before = map.len();
+    map.retain(|path, r| {
+        if r.used || budget == 0 {
+            return true;
+        }
+        if !r.trusted() {
+            return false;
+        }
+        budget -= 1;
+        // As `hash` stats: following a symlink to the file.
+        let alive = fs::metadata(Path::new(path))
+            .is_ok_and(|m| m.is_file() && r.stamp.unchanged(&FileStamp::of(&m)));
+        // Checked and alive: not checked again by a later save of this cache.
+        r.used = alive;
+        alive
+    });
+    before - map.len()
+}
+
 /// The bytes of v2 ([`MAGIC`]). A path heddle cannot spell as bytes (not UTF-8, off unix) is
 /// left out: it is hashed again next run.
-fn encode(map: &HashMap<PathBuf, Record>) -> Vec<u8> {
+fn encode(map: &HashMap<OsString, Record>) -> Vec<u8> {
     let mut out = Vec::with_capacity(MAGIC.len() + 8 + map.len() * 160);
     out.extend_from_slice(MAGIC);
     let count_at = out.len();
@@ -252,7 +315,7 @@ fn encode(map: &HashMap<PathBuf, Record>) -> Vec<u8> {
 
 /// The map saved as v2, or `None` for anything else (another format, or a torn file: every
 /// entry must end within the file and the last exactly at its end).
-fn decode(bytes: &[u8]) -> Option<HashMap<PathBuf, Record>> {
+fn decode(bytes: &[u8]) -> Option<HashMap<OsString, Record>> {
     let mut r = bytes.strip_prefix(MAGIC)?;
     let r = &mut r;
     let u64_of = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
@@ -282,6 +345,7 @@ fn decode(bytes: &[u8]) -> Option<HashMap<PathBuf, Record>> {
             digest,
             seen_ns,
             vouched,
+            used: false,
         };
         map.insert(path, rec);
     }
@@ -299,29 +363,35 @@ fn take<'a>(r: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
 }
 
 /// The map saved as v1 (JSON), as heddles before v2 wrote it.
-fn decode_v1(bytes: &[u8]) -> Option<HashMap<PathBuf, Record>> {
+fn decode_v1(bytes: &[u8]) -> Option<HashMap<OsString, Record>> {
     let saved = serde_json::from_slice::<SavedFile>(bytes).ok()?;
-    (saved.format == STAT_TAG).then(|| saved.entries.into_iter().collect())
+    (saved.format == STAT_TAG).then(|| {
+        saved
+            .entries
+            .into_iter()
+            .map(|(p, r)| (p.into_os_string(), r))
+            .collect()
+    })
 }
 
 #[cfg(unix)]
-fn path_bytes(p: &Path) -> Option<&[u8]> {
+fn path_bytes(p: &OsStr) -> Option<&[u8]> {
     use std::os::unix::ffi::OsStrExt;
-    Some(p.as_os_str().as_bytes())
+    Some(p.as_bytes())
 }
 
 #[cfg(not(unix))]
-fn path_bytes(p: &Path) -> Option<&[u8]> {
+fn path_bytes(p: &OsStr) -> Option<&[u8]> {
     p.to_str().map(str::as_bytes)
 }
 
 #[cfg(unix)]
-fn path_of(b: &[u8]) -> Option<PathBuf> {
+fn path_of(b: &[u8]) -> Option<OsString> {
     use std::os::unix::ffi::OsStrExt;
-    Some(PathBuf::from(std::ffi::OsStr::from_bytes(b)))
+    Some(OsStr::from_bytes(b).to_owned())
 }
 
 #[cfg(not(unix))]
-fn path_of(b: &[u8]) -> Option<PathBuf> {
-    std::str::from_utf8(b).ok().map(PathBuf::from)
+fn path_of(b: &[u8]) -> Option<OsString> {
+    std::str::from_utf8(b).ok().map(OsString::from)
 }

@@ -125,3 +125,43 @@ fn a_saved_stat_cache_reads_back_and_a_torn_or_v1_one_is_handled() {
     assert_eq!(c.hash(&a).unwrap(), Digest::of_bytes(b"x"));
     assert_eq!(c.hash_count(), 0);
 }
+
+#[test]
+fn a_save_drops_the_records_of_files_gone_or_changed_and_keeps_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["used", "untouched", "deleted", "rewritten", "made-a-folder"];
+    let path = |n: &str| dir.path().join(n);
+    for n in names {
+        fs::write(path(n), n).unwrap();
+    }
+    let at = dir.path().join("stat-cache");
+    let c = StatCache::load(&at);
+    for n in names {
+        c.record(&path(n), Digest::of_bytes(n.as_bytes()));
+    }
+    c.save().unwrap();
+    assert_eq!(StatCache::load(&at).len(), 5);
+
+    fs::remove_file(path("deleted")).unwrap();
+    fs::write(path("rewritten"), b"other bytes").unwrap();
+    fs::remove_file(path("made-a-folder")).unwrap();
+    fs::create_dir(path("made-a-folder")).unwrap();
+
+    // A run that touches one file: the other records are checked, not trusted blindly.
+    let c = StatCache::load(&at);
+    c.record(&path("used"), Digest::of_bytes(b"used"));
+    c.save().unwrap();
+    let c = StatCache::load(&at);
+    assert_eq!(c.len(), 2, "only `used` and `untouched` are left");
+    for n in ["used", "untouched"] {
+        assert_eq!(c.hash(&path(n)).unwrap(), Digest::of_bytes(n.as_bytes()));
+    }
+    assert_eq!(c.hash_count(), 0, "both records still serve");
+
+    // Nothing gone and nothing new: the file is not rewritten.
+    let mtime = || fs::metadata(&at).unwrap().modified().unwrap();
+    let first = mtime();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    StatCache::load(&at).save().unwrap();
+    assert_eq!(mtime(), first);
+}
