@@ -29,10 +29,11 @@ const MAGIC: &[u8] = b"heddle/statcache/v2\n";
 /// filesystems with coarse (FAT-like) timestamps.
 const RACY_NS: i128 = 2_000_000_000;
 
-/// How many records a save checks on disk at least ([`StatCache::save`]), beyond as many as the
-/// run used: enough to empty a small project's stale records in one run, and bounded so a run of
-/// one stage of a large project does not stat every other stage's outputs each time.
-const PRUNE_CHECKS: usize = 4096;
+/// How many unused records a save checks on disk ([`StatCache::save`]) when the run used fewer:
+/// a save checks as many as the run used, so it costs at most about the run's own stats, and a
+/// run of one stage of a large project does not stat every other stage's outputs each time (on
+/// a cold disk a stat can cost a read: 256 of them stay well under a second).
+const PRUNE_CHECKS: usize = 256;
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 struct Record {

@@ -165,3 +165,24 @@ fn a_save_drops_the_records_of_files_gone_or_changed_and_keeps_the_rest() {
     StatCache::load(&at).save().unwrap();
     assert_eq!(mtime(), first);
 }
+
+#[test]
+fn a_save_that_used_few_records_checks_a_bounded_number_of_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = dir.path().join("stat-cache");
+    let c = StatCache::load(&at);
+    let files: Vec<_> = (0..300).map(|i| dir.path().join(format!("f{i}"))).collect();
+    for f in &files {
+        fs::write(f, b"x").unwrap();
+        c.record(f, Digest::of_bytes(b"x"));
+    }
+    c.save().unwrap();
+    for f in &files {
+        fs::remove_file(f).unwrap();
+    }
+    // Nothing used: 256 records are checked (and, their files gone, dropped), the rest wait.
+    StatCache::load(&at).save().unwrap();
+    assert_eq!(StatCache::load(&at).len(), 300 - 256);
+    StatCache::load(&at).save().unwrap();
+    assert!(StatCache::load(&at).is_empty());
+}
