@@ -65,8 +65,8 @@ struct SavedFile {
 /// torn or foreign file loads as an empty cache. Shareable between threads.
 ///
 /// Keyed by the path's bytes: a `PathBuf` key hashes and compares component by component, which
-/// was most of a 100k no-op's time in this map. heddle spells each path one way (joined from the
-/// same root), and a path spelled another way is only a re-hash.
+/// at a million records cost seconds of a no-op's CPU (`benches/RESULTS.md`). heddle spells each
+/// path one way (joined from the same root), and a path spelled another way is only a re-hash.
 pub struct StatCache {
     path: PathBuf,
     map: Mutex<HashMap<OsString, Record>>,
