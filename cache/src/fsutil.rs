@@ -2,7 +2,7 @@
 //! the blob mtime sentinel, and the platform differences between them.
 
 use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -448,8 +448,30 @@ pub(crate) fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, CacheError> {
 
 /// The first `n` bytes of the file at `p` (fewer if it is shorter).
 pub(crate) fn read_prefix(p: &Path, n: usize) -> io::Result<Vec<u8>> {
-    use io::Read;
     let mut buf = Vec::with_capacity(n);
     fs::File::open(p)?.take(n as u64).read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+/// Everything `f` holds from its position on, read into a buffer of `capacity` bytes that
+/// doubles when full. `File::read_to_end` first asks the file its size and position (an `fstat`
+/// and an `lseek`): two of a no-op instance's eight system calls, for an action entry that nearly
+/// always fits the buffer. A caller that knows the size passes one byte more, so the read that
+/// finds the end has room.
+pub(crate) fn read_all(f: &mut fs::File, capacity: usize) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; capacity.max(64)];
+    let mut filled = 0;
+    loop {
+        if filled == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        match f.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(filled);
     Ok(buf)
 }

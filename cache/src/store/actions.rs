@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::PathBuf;
 
 use super::{BlobState, Store};
@@ -65,19 +65,21 @@ impl Store {
     }
 
     /// An entry's bytes; `None` if there is none. An entry is one small JSON document, and a
-    /// no-op run reads one per instance: [`read_small`] reads it without sizing it first.
+    /// no-op run reads one per instance: [`fsutil::read_all`] reads it without sizing it first.
     fn read_action_bytes(&self, key: &Digest) -> Result<Option<Vec<u8>>, CacheError> {
         let io_err = |source| CacheError::Io {
             op: "read",
             path: self.action_path(key),
             source,
         };
-        let f = match self.open_action(key) {
+        let mut f = match self.open_action(key) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io_err(e)),
         };
-        read_small(f).map(Some).map_err(io_err)
+        fsutil::read_all(&mut f, ENTRY_READ_CAPACITY)
+            .map(Some)
+            .map_err(io_err)
     }
 
     #[cfg(unix)]
@@ -287,41 +289,4 @@ struct ActionOutputs {
     _created_unix_ms: serde::de::IgnoredAny,
     #[serde(rename = "meta")]
     _meta: serde::de::IgnoredAny,
-}
-
-/// Everything `f` holds, read into a buffer of [`ENTRY_READ_CAPACITY`] that doubles when full.
-/// `File::read_to_end` first asks the file its size and position (a `statx` and an `lseek`):
-/// two of a no-op instance's eight system calls, for a document that nearly always fits.
-fn read_small(mut f: fs::File) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; ENTRY_READ_CAPACITY];
-    let mut filled = 0;
-    loop {
-        if filled == buf.len() {
-            buf.resize(buf.len() * 2, 0);
-        }
-        match f.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    buf.truncate(filled);
-    Ok(buf)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn read_small_reads_files_shorter_longer_and_exactly_as_long_as_its_buffer() {
-        let dir = tempfile::tempdir().unwrap();
-        let n = super::ENTRY_READ_CAPACITY;
-        for len in [0, 1, n - 1, n, n + 1, 2 * n, 5 * n + 3] {
-            let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
-            let p = dir.path().join(format!("f{len}"));
-            std::fs::write(&p, &bytes).unwrap();
-            let read = super::read_small(std::fs::File::open(&p).unwrap()).unwrap();
-            assert_eq!(read, bytes, "{len} bytes");
-        }
-    }
 }

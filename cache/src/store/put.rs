@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 use std::fs::{self, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use super::{BlobState, Durability, Store};
@@ -102,8 +102,7 @@ impl Store {
         let executable = fsutil::is_executable(&meta);
         if meta.len() <= SMALL_FILE {
             // One read serves both the hash and the copy.
-            let mut bytes = Vec::with_capacity(meta.len() as usize);
-            file.read_to_end(&mut bytes)
+            let bytes = fsutil::read_all(&mut file, meta.len() as usize + 1)
                 .map_err(CacheError::io("read", path))?;
             let digest = Digest::of_bytes(&bytes);
             if self.has_blob(&digest) {

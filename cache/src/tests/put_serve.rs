@@ -325,3 +325,19 @@ fn a_tree_listing_one_blob_many_times_is_one_file_on_disk() {
     let stats = StatCache::load(&dir.path().join("stats.json"));
     assert!(s.is_materialized(&e, &out, &stats));
 }
+
+#[test]
+fn read_all_reads_files_shorter_longer_and_exactly_as_long_as_its_buffer() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 2048;
+    for len in [0, 1, n - 1, n, n + 1, 2 * n, 5 * n + 3] {
+        let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let p = dir.path().join(format!("f{len}"));
+        fs::write(&p, &bytes).unwrap();
+        for capacity in [0, n, len + 1] {
+            let mut f = fs::File::open(&p).unwrap();
+            let read = crate::fsutil::read_all(&mut f, capacity).unwrap();
+            assert_eq!(read, bytes, "{len} bytes into {capacity}");
+        }
+    }
+}
