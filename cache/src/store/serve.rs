@@ -247,7 +247,10 @@ impl Store {
         }
         if size <= SMALL_FILE {
             // Read anyway to be copied: check the bytes on the way (rot that kept the mtime).
-            let bytes = fs::read(&blob).map_err(CacheError::io("read", &blob))?;
+            // Its size is known: no `fstat` to size the buffer.
+            let bytes = fs::File::open(&blob)
+                .and_then(|mut f| fsutil::read_all(&mut f, size as usize + 1))
+                .map_err(CacheError::io("read", &blob))?;
             if Digest::of_bytes(&bytes) != *d {
                 if self.quarantine(d).is_err() {
                     let _ = remove_any(&blob);
