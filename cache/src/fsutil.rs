@@ -389,16 +389,24 @@ pub(crate) fn open_dir(path: &Path) -> io::Result<fs::File> {
         .open(path)
 }
 
-/// Open `rel`, a path of ascii characters relative to `dir`, for reading. `rel` must not hold a
-/// NUL; it is copied to a buffer on the stack, so a lookup allocates nothing.
+/// `rel` NUL-terminated in a buffer on the stack: `rel` must be shorter than the buffer and
+/// hold no NUL.
 #[cfg(unix)]
-pub(crate) fn open_in(dir: &fs::File, rel: &[u8]) -> io::Result<fs::File> {
-    use std::os::fd::{AsRawFd, FromRawFd};
+fn c_name(rel: &[u8]) -> io::Result<[u8; 128]> {
     let mut buf = [0u8; 128];
     if rel.len() >= buf.len() || rel.contains(&0) {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "name too long"));
     }
     buf[..rel.len()].copy_from_slice(rel);
+    Ok(buf)
+}
+
+/// Open `rel`, a path of ascii characters relative to `dir`, for reading. `rel` must not hold a
+/// NUL; it is copied to a buffer on the stack, so a lookup allocates nothing.
+#[cfg(unix)]
+pub(crate) fn open_in(dir: &fs::File, rel: &[u8]) -> io::Result<fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let buf = c_name(rel)?;
     // SAFETY: `buf` is NUL-terminated (zeroed past `rel`), `dir` is an open descriptor, and a
     // descriptor openat returns is owned by nobody else.
     let fd = unsafe {
@@ -412,6 +420,56 @@ pub(crate) fn open_in(dir: &fs::File, rel: &[u8]) -> io::Result<fs::File> {
         return Err(io::Error::last_os_error());
     }
     Ok(unsafe { fs::File::from_raw_fd(fd) })
+}
+
+/// What a blob is served on: its type, size and mtime, as `lstat` gives them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NameStat {
+    pub(crate) is_file: bool,
+    pub(crate) len: u64,
+    pub(crate) mtime: Option<SystemTime>,
+}
+
+impl From<&fs::Metadata> for NameStat {
+    fn from(m: &fs::Metadata) -> NameStat {
+        NameStat {
+            is_file: m.is_file(),
+            len: m.len(),
+            mtime: m.modified().ok(),
+        }
+    }
+}
+
+/// `lstat` of `rel` (ascii, relative to `dir`, as for [`open_in`]): the walk covers `rel`'s
+/// components only, and nothing is allocated.
+#[cfg(unix)]
+pub(crate) fn lstat_in(dir: &fs::File, rel: &[u8]) -> io::Result<NameStat> {
+    use std::os::fd::AsRawFd;
+    let buf = c_name(rel)?;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `buf` is NUL-terminated, `dir` is an open descriptor, `st` is written in full on
+    // success and read only then.
+    let st = unsafe {
+        if libc::fstatat(
+            dir.as_raw_fd(),
+            buf.as_ptr().cast(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        ) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        st.assume_init()
+    };
+    let mtime = u64::try_from(st.st_mtime)
+        .ok()
+        .zip(u32::try_from(st.st_mtime_nsec).ok())
+        .map(|(s, ns)| UNIX_EPOCH + Duration::new(s, ns));
+    Ok(NameStat {
+        is_file: st.st_mode & libc::S_IFMT == libc::S_IFREG,
+        len: st.st_size as u64,
+        mtime,
+    })
 }
 
 /// Whether two metadata describe the same inode (always true where that cannot be told).

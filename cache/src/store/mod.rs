@@ -9,7 +9,7 @@
 //! - `imports_journal`: how a large imported blob is kept safe from a power loss without an
 //!   fsync of its bytes, and what opening the store does with the journals others left.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -77,6 +77,10 @@ pub struct Store {
     /// (benches/RESULTS.md, M25). The folder is never replaced while a store is open.
     #[cfg(unix)]
     actions_dir: File,
+    /// `objects/` held open for the same reason: a hit's blob is checked on its `lstat`
+    /// (`ab/<hex>`, two components), and a no-op checks one per output.
+    #[cfg(unix)]
+    objects_dir: File,
     pub(crate) families: PathBuf,
     pub(crate) locks: PathBuf,
     pub(crate) tmp: PathBuf,
@@ -126,6 +130,8 @@ impl Store {
         }
         #[cfg(unix)]
         let actions_dir = fsutil::open_dir(&actions).map_err(CacheError::io("open", &actions))?;
+        #[cfg(unix)]
+        let objects_dir = fsutil::open_dir(&objects).map_err(CacheError::io("open", &objects))?;
         let presence_path = locks.join("store.lock");
         let presence = OpenOptions::new()
             .read(true)
@@ -143,6 +149,8 @@ impl Store {
             actions,
             #[cfg(unix)]
             actions_dir,
+            #[cfg(unix)]
+            objects_dir,
             families,
             locks,
             tmp,
@@ -179,6 +187,21 @@ impl Store {
         self.objects.join(&hex[..2]).join(hex)
     }
 
+    /// `lstat` of blob `d`, walked from the open `objects/` (see [`Store::blob_path`]).
+    #[cfg(unix)]
+    pub(crate) fn blob_lstat(&self, d: &Digest) -> std::io::Result<fsutil::NameStat> {
+        let mut rel = [0u8; 67];
+        hex::encode_to_slice(d.as_bytes(), &mut rel[3..]).expect("64 bytes of room");
+        rel.copy_within(3..5, 0);
+        rel[2] = b'/';
+        fsutil::lstat_in(&self.objects_dir, &rel)
+    }
+
+    #[cfg(not(unix))]
+    pub(crate) fn blob_lstat(&self, d: &Digest) -> std::io::Result<fsutil::NameStat> {
+        std::fs::symlink_metadata(self.blob_path(d)).map(|m| fsutil::NameStat::from(&m))
+    }
+
     pub(crate) fn action_path(&self, key: &Digest) -> PathBuf {
         let hex = key.to_string();
         self.actions.join(&hex[..2]).join(format!("{hex}.json"))
@@ -195,8 +218,6 @@ impl Store {
 
     /// Whether a blob is present (a stat; its content is checked when it is served).
     pub fn has_blob(&self, d: &Digest) -> bool {
-        fs::symlink_metadata(self.blob_path(d))
-            .map(|m| m.is_file())
-            .unwrap_or(false)
+        self.blob_lstat(d).is_ok_and(|m| m.is_file)
     }
 }

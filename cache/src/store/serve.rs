@@ -24,21 +24,20 @@ impl Store {
         d: &Digest,
         size: Option<u64>,
     ) -> Result<BlobState, CacheError> {
-        let p = self.blob_path(d);
-        let meta = match fs::symlink_metadata(&p) {
+        let meta = match self.blob_lstat(d) {
             Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(BlobState::Missing),
             Err(e) => {
                 return Err(CacheError::Io {
                     op: "stat",
-                    path: p,
+                    path: self.blob_path(d),
                     source: e,
                 })
             }
         };
-        if !meta.is_file() {
+        if !meta.is_file {
             if self.quarantine(d).is_err() {
-                let _ = remove_any(&p);
+                let _ = remove_any(&self.blob_path(d));
             }
             return Ok(BlobState::Corrupt);
         }
@@ -46,12 +45,14 @@ impl Store {
         // itself changed: a write or truncation through a link moves the sentinel mtime. An
         // entry that lies about a size (a remote's) must never cost the store a good blob.
         let sized = match size {
-            Some(s) if s != meta.len() => BlobState::WrongSize { actual: meta.len() },
+            Some(s) if s != meta.len => BlobState::WrongSize { actual: meta.len },
             _ => BlobState::Ok,
         };
-        if meta.modified().ok() == Some(blob_mtime()) {
+        if meta.mtime == Some(blob_mtime()) {
             return Ok(sized);
         }
+        // The path is built only past the sentinel: a no-op's hits never need it.
+        let p = self.blob_path(d);
         match hash_file(&p) {
             Ok(actual) if actual == *d => {
                 fsutil::reset_blob_mtime(&p).map_err(CacheError::io("set mtime of", &p))?;

@@ -341,3 +341,58 @@ fn read_all_reads_files_shorter_longer_and_exactly_as_long_as_its_buffer() {
         }
     }
 }
+
+#[cfg(unix)]
+#[test]
+fn lstat_in_tells_what_symlink_metadata_tells_without_following_a_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = crate::fsutil::open_dir(dir.path()).unwrap();
+    fs::create_dir(dir.path().join("ab")).unwrap();
+    fs::write(dir.path().join("ab/file"), b"twelve bytes").unwrap();
+    std::os::unix::fs::symlink("file", dir.path().join("ab/link")).unwrap();
+    for name in ["ab/file", "ab/link", "ab"] {
+        let lite = crate::fsutil::lstat_in(&root, name.as_bytes()).unwrap();
+        let meta = fs::symlink_metadata(dir.path().join(name)).unwrap();
+        assert_eq!(lite, crate::fsutil::NameStat::from(&meta), "{name}");
+    }
+    assert!(crate::fsutil::lstat_in(&root, b"ab/file").unwrap().is_file);
+    assert!(!crate::fsutil::lstat_in(&root, b"ab/link").unwrap().is_file);
+    let missing = crate::fsutil::lstat_in(&root, b"ab/none").unwrap_err();
+    assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+    let nul = crate::fsutil::lstat_in(&root, b"ab/fi\0le").unwrap_err();
+    assert_eq!(nul.kind(), std::io::ErrorKind::InvalidInput);
+}
+
+#[cfg(unix)]
+#[test]
+fn a_blob_is_served_on_its_own_stat_and_a_link_in_its_place_is_corrupt() {
+    let (dir, s) = store();
+    let src = dir.path().join("o.txt");
+    fs::write(&src, b"the bytes").unwrap();
+    let e = s.put_output(&src).unwrap();
+    let d = e.digest();
+    assert_eq!(
+        s.blob_state(&d, Some(9)).unwrap(),
+        crate::store::BlobState::Ok
+    );
+    assert_eq!(
+        s.blob_state(&d, Some(10)).unwrap(),
+        crate::store::BlobState::WrongSize { actual: 9 }
+    );
+    // A link to the very same bytes is still not a blob: it is quarantined, and then missing.
+    let blob = s.blob_path(&d);
+    let elsewhere = dir.path().join("elsewhere");
+    fs::copy(&blob, &elsewhere).unwrap();
+    fs::remove_file(&blob).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &blob).unwrap();
+    assert!(!s.has_blob(&d));
+    assert_eq!(
+        s.blob_state(&d, Some(9)).unwrap(),
+        crate::store::BlobState::Corrupt
+    );
+    assert!(fs::symlink_metadata(&blob).is_err());
+    assert_eq!(
+        s.blob_state(&d, Some(9)).unwrap(),
+        crate::store::BlobState::Missing
+    );
+}
