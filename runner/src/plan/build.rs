@@ -49,6 +49,10 @@ impl Builder<'_> {
                 (*iname, ix)
             })
             .collect();
+        // Sized once: a million instances grown by doubling copied the vector twenty times and
+        // left up to half of it unused.
+        self.instances.reserve(assigns.len());
+        self.by_stage[si].reserve_exact(assigns.len());
         for m in assigns {
             if let Some(inst) = self.instance(si, s, m, &partners) {
                 self.by_stage[si].push(inst.id);
