@@ -140,6 +140,11 @@ pub async fn run(s: &Session, a: &RunArgs) -> Result<i32, Error> {
     if let Some(line) = outcome::last_line(&rec, a.strict) {
         eprintln!("{line}");
     }
+    // The process exits next. Freeing the records and the plan one allocation at a time is
+    // ~2 % of a 100k no-op (several allocations per instance) that nobody waits for; the
+    // kernel takes the memory back at once. Both are plain data: no file or child to close.
+    std::mem::forget(rec);
+    std::mem::forget(plan);
     Ok(code)
 }
 
