@@ -240,6 +240,16 @@ impl Store {
             .map_err(CacheError::io("append to", &p))
     }
 
+    /// Whether `family` has ever had an action recorded here: one `stat`, cheap enough to ask
+    /// without the blocking pool before [`Store::actions_in_family`] reads them all. A folder
+    /// that cannot be read answers `true`, so the full read reports it.
+    pub fn family_recorded(&self, family: &str) -> bool {
+        !matches!(
+            fs::symlink_metadata(self.family_path(family)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound
+        )
+    }
+
     /// Every recorded action of `family` still in the store, newest first. Entries are read
     /// without checking their blobs: this is for explaining misses by diffing `key_parts`.
     pub fn actions_in_family(&self, family: &str) -> Result<Vec<ActionEntry>, CacheError> {

@@ -10,6 +10,7 @@ fn action_record_lookup_and_family() {
     let a2 = action("k2", "p/stage", &[("o", out.clone())], 10, 2);
     let other = action("k3", "p/other", &[], 10, 3);
     assert!(s.lookup_action(&a1.key).unwrap().is_none());
+    assert!(!s.family_recorded("p/stage"));
     for a in [&a1, &a2, &other, &a1] {
         s.record_action(a).unwrap();
     }
@@ -22,6 +23,8 @@ fn action_record_lookup_and_family() {
         .collect();
     assert_eq!(fam, vec![a2.key, a1.key]);
     assert_eq!(s.actions_in_family("nope").unwrap().len(), 0);
+    assert!(s.family_recorded("p/stage") && s.family_recorded("p/other"));
+    assert!(!s.family_recorded("nope"));
     // Recording an action whose blob is missing fails.
     let ghost = OutputEntry::File {
         digest: Digest::of_bytes(b"ghost"),

@@ -258,7 +258,8 @@ async fn check_and_collect(
     let files = stage.outputs.clone();
     let secret_names = stage.settings.secret_env.clone();
     let dir = output_dir(plan, &i.inst.label);
-    blocking(move || {
+    let quick = lays_out_quickly(inputs) && collects_quickly(sandbox.path(), &files, &secret_names);
+    let collect = move || {
         let what = execution::Collect {
             files: &files,
             dir: &dir,
@@ -269,6 +270,82 @@ async fn check_and_collect(
         let collected = execution::check_and_collect(&store, &stats, sandbox.path(), &what, intact);
         drop(sandbox);
         collected
-    })
-    .await
+    };
+    // As with laying out: a few small files are hashed, stored and restored in less time than
+    // the two thread switches of a trip to the blocking pool, which a chain pays per stage.
+    if quick {
+        collect()
+    } else {
+        blocking(collect).await
+    }
+}
+
+/// At most this many bytes per output are collected without the blocking pool.
+const QUICK_OUTPUT_BYTES: u64 = 64 * 1024;
+
+/// Whether collecting is a few small reads and writes: at most [`QUICK_INPUTS`] outputs, each a
+/// file of at most [`QUICK_OUTPUT_BYTES`], and no secret to look for in them. Anything else
+/// (a folder, a large file, a missing output) goes to the blocking pool as before.
+fn collects_quickly(
+    sandbox: &Path,
+    files: &BTreeMap<String, String>,
+    secret_names: &[String],
+) -> bool {
+    secret_names.is_empty()
+        && files.len() <= QUICK_INPUTS
+        && files.iter().all(|(name, file)| {
+            let p = sandbox.join("out").join(name).join(file);
+            std::fs::symlink_metadata(p)
+                .is_ok_and(|m| m.file_type().is_file() && m.len() <= QUICK_OUTPUT_BYTES)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_few_small_files_without_secrets_are_collected_in_place() {
+        let sb = tempfile::tempdir().unwrap();
+        let out = |name: &str| sb.path().join("out").join(name);
+        for name in ["small", "large", "folder", "missing"] {
+            std::fs::create_dir_all(out(name)).unwrap();
+        }
+        std::fs::write(out("small").join("o.txt"), b"hello\n").unwrap();
+        let large = vec![0_u8; QUICK_OUTPUT_BYTES as usize + 1];
+        std::fs::write(out("large").join("o.bin"), large).unwrap();
+        std::fs::create_dir(out("folder").join("d")).unwrap();
+        let files = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            (pairs.iter())
+                .map(|(n, f)| (n.to_string(), f.to_string()))
+                .collect()
+        };
+        let small = files(&[("small", "o.txt")]);
+        assert!(collects_quickly(sb.path(), &small, &[]));
+        assert!(!collects_quickly(sb.path(), &small, &["TOKEN".into()]));
+        assert!(!collects_quickly(
+            sb.path(),
+            &files(&[("large", "o.bin")]),
+            &[]
+        ));
+        assert!(!collects_quickly(
+            sb.path(),
+            &files(&[("folder", "d")]),
+            &[]
+        ));
+        assert!(!collects_quickly(
+            sb.path(),
+            &files(&[("missing", "o.txt")]),
+            &[]
+        ));
+        let many: Vec<(String, String)> = (0..=QUICK_INPUTS)
+            .map(|i| ("small".repeat(i + 1), "o.txt".to_string()))
+            .collect();
+        for (n, f) in &many {
+            std::fs::create_dir_all(out(n)).unwrap();
+            std::fs::write(out(n).join(f), b"x").unwrap();
+        }
+        let many: BTreeMap<String, String> = many.into_iter().collect();
+        assert!(!collects_quickly(sb.path(), &many, &[]));
+    }
 }

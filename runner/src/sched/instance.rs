@@ -217,6 +217,11 @@ async fn why_it_runs(i: Inst<'_>, parts: &KeyParts) -> Reason {
             .clone();
     let earlier = cell
         .get_or_init(|| async {
+            // A stage's first run has no earlier entries: asked here, not on the blocking pool
+            // (two thread switches on a chain's critical path, per stage).
+            if !i.sh.ctx.store.family_recorded(&fam) {
+                return Earlier::new(&[]);
+            }
             let st = i.sh.ctx.store.clone();
             let entries = blocking(move || st.actions_in_family(&fam).unwrap_or_default()).await;
             Earlier::new(&entries)

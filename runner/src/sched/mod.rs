@@ -98,8 +98,21 @@ pub async fn run(ctx: Context, opts: RunOptions, events: UnboundedSender<Event>)
         opts.cluster.clone(),
     ));
     let shared = Arc::new(Shared::new(ctx, opts, commit_tx, events));
-    let mut walk = Walk::new(&plan);
-    walk.drive(&shared).await;
+    // The supervisor is a task of its own, on a worker thread, not a part of the caller's
+    // future (the CLI's `block_on`, on the main thread): an instance that ends then wakes it on
+    // the worker it ended on, and the instance it starts next is queued there too. On the
+    // caller's thread each of those two hand-offs was a thread switch on a chain's critical
+    // path, per stage.
+    let walk = tokio::spawn({
+        let sh = shared.clone();
+        async move {
+            let mut walk = Walk::new(&plan);
+            walk.drive(&sh).await;
+            walk
+        }
+    })
+    .await
+    .expect("the scheduler's supervisor panicked");
 
     commit::flush(&shared.commits).await;
     let _ = &committer;
