@@ -86,9 +86,7 @@ impl Store {
     fn open_action(&self, key: &Digest) -> io::Result<fs::File> {
         // `ab/<64 hex>.json`, relative to the open `actions/`.
         let mut rel = [0u8; 72];
-        hex::encode_to_slice(key.as_bytes(), &mut rel[3..67]).expect("64 bytes of room");
-        rel.copy_within(3..5, 0);
-        rel[2] = b'/';
+        super::shard_name(key, &mut rel);
         rel[67..].copy_from_slice(b".json");
         fsutil::open_in(&self.actions_dir, &rel)
     }

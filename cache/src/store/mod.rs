@@ -191,9 +191,7 @@ impl Store {
     #[cfg(unix)]
     pub(crate) fn blob_lstat(&self, d: &Digest) -> std::io::Result<fsutil::NameStat> {
         let mut rel = [0u8; 67];
-        hex::encode_to_slice(d.as_bytes(), &mut rel[3..]).expect("64 bytes of room");
-        rel.copy_within(3..5, 0);
-        rel[2] = b'/';
+        shard_name(d, &mut rel);
         fsutil::lstat_in(&self.objects_dir, &rel)
     }
 
@@ -220,4 +218,13 @@ impl Store {
     pub fn has_blob(&self, d: &Digest) -> bool {
         self.blob_lstat(d).is_ok_and(|m| m.is_file)
     }
+}
+
+/// `ab/<64 hex>` for `d` at the start of `rel` (at least 67 bytes), as a shard folder names it:
+/// built on the stack, for the `*at` calls relative to an open `objects/` or `actions/`.
+#[cfg(unix)]
+pub(crate) fn shard_name(d: &Digest, rel: &mut [u8]) {
+    hex::encode_to_slice(d.as_bytes(), &mut rel[3..67]).expect("64 bytes of room");
+    rel.copy_within(3..5, 0);
+    rel[2] = b'/';
 }
