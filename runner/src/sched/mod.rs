@@ -112,7 +112,8 @@ pub async fn run(ctx: Context, opts: RunOptions, events: UnboundedSender<Event>)
         }
     })
     .await
-    .expect("the scheduler's supervisor panicked");
+    // A panic in the supervisor is heddle's bug: raise it as it was, with its own message.
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
 
     commit::flush(&shared.commits).await;
     let _ = &committer;
